@@ -1,0 +1,1 @@
+"""Append-only, hash-chained audit events; signed export and verification."""

@@ -1,0 +1,1 @@
+"""Price book, usage ledger, spend rollups, budgets, alerts and break-even."""

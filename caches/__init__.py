@@ -1,0 +1,1 @@
+"""Cache objects and their lifecycle, TTL policies, providers and reconciliation."""

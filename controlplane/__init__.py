@@ -1,0 +1,5 @@
+"""Cacheplane project wiring: settings, ASGI, Celery app, CLI."""
+
+from controlplane.celery import app as celery_app
+
+__all__ = ["celery_app"]

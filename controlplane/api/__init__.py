@@ -1,0 +1,1 @@
+"""API plumbing shared by every app: one error shape, one pagination style."""

@@ -1,0 +1,78 @@
+"""The Celery application and its one beat schedule.
+
+The worker settings are ``CELERY_*`` values in ``controlplane/settings.py`` (read lazily,
+so importing this module touches no settings). They follow STYLE.md:
+- ``acks_late`` + prefetch 1: a task is acknowledged only after it finished, so a worker
+  killed mid-task hands the message back instead of losing it; prefetch 1 keeps one
+  slow task from holding others hostage.
+- ``reject_on_worker_lost``: a task whose worker died is redelivered (tasks are
+  idempotent workers on a status row, so running twice is safe).
+- Soft/hard time limits bound every task; Redis ``visibility_timeout`` is set above the
+  hard limit so a still-running task is never redelivered to a second worker.
+- Results are not stored: state lives in the operation rows, not in a result backend.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from celery import Celery
+from celery.signals import before_task_publish, task_postrun, task_prerun
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+
+app = Celery("cacheplane")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+
+
+# One schedule for the whole deployment; each entry says why it runs at its cadence.
+BEAT_SCHEDULE: dict[str, dict] = {
+    # Workers announce liveness for /readyz and the console; 30 s keeps the signal fresh
+    # while costing one Redis SETEX per worker per period.
+    "controlplane-worker-heartbeat": {
+        "task": "controlplane.tasks.worker_heartbeat_task",
+        "schedule": timedelta(seconds=30),
+    },
+}
+
+# Retry policy for tasks that call providers: transient errors only, exponential
+# backoff with jitter, bounded attempts. Tasks pass these as keyword arguments.
+TRANSIENT_RETRY_POLICY = {
+    "retry_backoff": 2,
+    "retry_backoff_max": 60,
+    "retry_jitter": True,
+    "max_retries": 5,
+}
+
+app.conf.beat_schedule = BEAT_SCHEDULE
+app.autodiscover_tasks(["controlplane", "tenants", "audit", "caches", "billing", "workers"])
+
+
+@before_task_publish.connect
+def _propagate_request_id(headers: dict | None = None, **_: object) -> None:
+    """Carry the publishing request's id to the task so its logs and audit rows match."""
+    from controlplane.request_context import get_request_id
+
+    if headers is not None and "cacheplane_request_id" not in headers:
+        headers["cacheplane_request_id"] = get_request_id()
+
+
+@task_prerun.connect
+def _bind_request_id(task=None, **_: object) -> None:  # noqa: ANN001 - celery signal
+    from controlplane.request_context import sanitize_request_id, set_request_id
+
+    incoming = getattr(task.request, "cacheplane_request_id", None) if task else None
+    task.request.cacheplane_token = set_request_id(sanitize_request_id(incoming))
+
+
+@task_postrun.connect
+def _unbind_request_id(task=None, **_: object) -> None:  # noqa: ANN001 - celery signal
+    from controlplane.request_context import reset_request_id
+
+    token = getattr(task.request, "cacheplane_token", None) if task else None
+    if token is not None:
+        try:
+            reset_request_id(token)
+        except ValueError:
+            pass  # token from another context (eager mode); nothing to restore

@@ -1,0 +1,33 @@
+"""HTTP middleware shared by every route."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+
+from controlplane.request_context import reset_request_id, sanitize_request_id, set_request_id
+
+REQUEST_ID_HEADER = "X-Request-Id"
+
+
+class RequestIdMiddleware:
+    """Bind a request id for the duration of the request and echo it in the response.
+
+    An incoming ``X-Request-Id`` is kept when well formed so a trace can cross services;
+    otherwise a fresh one is minted. Logs and audit rows read it from the context.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        request_id = sanitize_request_id(request.headers.get(REQUEST_ID_HEADER))
+        request.request_id = request_id  # type: ignore[attr-defined]
+        token = set_request_id(request_id)
+        try:
+            response = self.get_response(request)
+        finally:
+            reset_request_id(token)
+        response[REQUEST_ID_HEADER] = request_id
+        return response

@@ -1,0 +1,88 @@
+"""Operational checks shared by /readyz, the CLI and the console.
+
+Each check returns ``None`` when healthy or a short reason string, so callers can name
+exactly what failed (``database: connection refused``) without a traceback.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from functools import lru_cache
+
+import redis
+from django.conf import settings
+from django.db import connections
+
+HEARTBEAT_KEY_PREFIX = "cacheplane:worker-heartbeat:"
+HEARTBEAT_TTL_SECONDS = 90
+
+
+@lru_cache(maxsize=4)
+def redis_client(url: str | None = None) -> redis.Redis:
+    """A pooled Redis client for ``url`` (default REDIS_URL), with short timeouts."""
+    return redis.Redis.from_url(
+        url or settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2
+    )
+
+
+def check_database() -> str | None:
+    """None if a trivial query succeeds on the default database."""
+    try:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except Exception as exc:  # noqa: BLE001 - any failure is "not ready"
+        return _reason(exc)
+    return None
+
+
+def check_redis(url: str | None = None) -> str | None:
+    """None if Redis at ``url`` (default REDIS_URL) answers PING."""
+    try:
+        redis_client(url).ping()
+    except Exception as exc:  # noqa: BLE001
+        return _reason(exc)
+    return None
+
+
+def check_broker() -> str | None:
+    """None if the Celery broker accepts a connection."""
+    from controlplane.celery import app
+
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+    except Exception as exc:  # noqa: BLE001
+        return _reason(exc)
+    return None
+
+
+def readiness() -> dict[str, str | None]:
+    """Run every dependency check; values are None (ok) or the failure reason."""
+    return {"database": check_database(), "redis": check_redis(), "broker": check_broker()}
+
+
+def worker_heartbeat_record() -> str:
+    """Record this worker's liveness in Redis with a TTL; returns the key written."""
+    key = f"{HEARTBEAT_KEY_PREFIX}{socket.gethostname()}"
+    redis_client().set(key, str(time.time()), ex=HEARTBEAT_TTL_SECONDS)
+    return key
+
+
+def worker_heartbeats() -> dict[str, float]:
+    """Live workers and the age in seconds of their last heartbeat."""
+    client = redis_client()
+    now = time.time()
+    ages: dict[str, float] = {}
+    for key in client.scan_iter(match=f"{HEARTBEAT_KEY_PREFIX}*", count=100):
+        value = client.get(key)
+        if value is not None:
+            name = key.decode()[len(HEARTBEAT_KEY_PREFIX) :]
+            ages[name] = round(now - float(value), 1)
+    return ages
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"[:200]

@@ -1,0 +1,43 @@
+"""The request id of the work in progress, shared by logs, audit rows and task headers.
+
+A ``ContextVar`` follows both threads and asyncio tasks, so sync views, async consumers
+and Celery tasks each see their own id without passing it through every call.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from contextvars import ContextVar, Token
+
+_request_id: ContextVar[str | None] = ContextVar("cacheplane_request_id", default=None)
+
+# Accept client-supplied ids only when they are short and harmless in logs.
+_VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{8,128}$")
+
+
+def new_request_id() -> str:
+    """Return a fresh random request id."""
+    return uuid.uuid4().hex
+
+
+def sanitize_request_id(candidate: str | None) -> str:
+    """Keep a well-formed incoming id (for cross-service tracing), else mint one."""
+    if candidate and _VALID_ID.match(candidate):
+        return candidate
+    return new_request_id()
+
+
+def get_request_id() -> str | None:
+    """The current request id, or None outside a request or task."""
+    return _request_id.get()
+
+
+def set_request_id(value: str | None) -> Token:
+    """Bind ``value`` as the current request id; pass the token to ``reset_request_id``."""
+    return _request_id.set(value)
+
+
+def reset_request_id(token: Token) -> None:
+    """Restore the request id that was current before ``set_request_id``."""
+    _request_id.reset(token)

@@ -1,0 +1,252 @@
+"""``cacheplane up``: one command that sets up and runs the whole system.
+
+It supervises child processes (ASGI server, Celery worker, Celery beat, plus the demo
+providers) and stops all of them, then the embedded services, on Ctrl-C or when any
+child dies, so nothing is left running and the data stays for the next start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from controlplane.embedded import EmbeddedServiceError, EmbeddedServices, free_port
+from controlplane.env import ConfigError, parse_database_url, parse_redis_url
+
+
+@dataclass
+class Child:
+    """One supervised process and the log file it writes to."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    process: subprocess.Popen | None = None
+
+    def start(self, env: dict[str, str]) -> None:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(  # noqa: S603 - argv built from our own entry points
+            self.argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="cacheplane up", description=__doc__)
+    parser.add_argument("--host", default=os.environ.get("CACHEPLANE_HTTP_HOST", "127.0.0.1"))
+    parser.add_argument(
+        "--port", type=int, default=int(os.environ.get("CACHEPLANE_HTTP_PORT", "8000"))
+    )
+    parser.add_argument("--no-demo", action="store_true", help="do not create demo tenants")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="start everything, verify /readyz, then stop (used by tests and CI)",
+    )
+    return parser.parse_args(argv)
+
+
+def _persisted_secret(data_dir: Path) -> str:
+    """Development secret key, generated once and kept with the data (mode 0600)."""
+    path = data_dir / "secret_key"
+    if path.exists():
+        return path.read_text().strip()
+    value = secrets.token_urlsafe(64)
+    path.write_text(value)
+    path.chmod(0o600)
+    return value
+
+
+def _validate_urls() -> None:
+    """Reject malformed URLs before anything starts (a clear line, not a traceback)."""
+    if os.environ.get("DATABASE_URL"):
+        parse_database_url("DATABASE_URL", os.environ["DATABASE_URL"])
+    if os.environ.get("REDIS_URL"):
+        parse_redis_url("REDIS_URL", os.environ["REDIS_URL"])
+
+
+def _check_reachable() -> None:
+    from controlplane import ops
+
+    problem = ops.check_database()
+    if problem:
+        raise ConfigError("DATABASE_URL", f"cannot connect to the database ({problem})")
+    problem = ops.check_redis()
+    if problem:
+        raise ConfigError("REDIS_URL", f"cannot connect to Redis ({problem})")
+
+
+def _wait_ready(url: str, children: list[Child], timeout: float = 60.0) -> bool:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(c.process is not None and c.process.poll() is not None for c in children):
+            return False
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)  # polling a starting server
+    return False
+
+
+def up(argv: list[str], *, data_dir: Path) -> int:
+    """Run Cacheplane until interrupted; returns the process exit code."""
+    args = _parse_args(argv)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "logs").mkdir(exist_ok=True)
+    _validate_urls()
+    if os.environ.get("CACHEPLANE_ENV", "development") == "development":
+        os.environ.setdefault("CACHEPLANE_SECRET_KEY", _persisted_secret(data_dir))
+    os.environ.setdefault("CACHEPLANE_DATA_DIR", str(data_dir))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+
+    services = EmbeddedServices(data_dir)
+    try:
+        exported = services.start()
+    except EmbeddedServiceError as exc:
+        print(f"cacheplane: {exc}", file=sys.stderr)
+        return 1
+    os.environ.update(exported)
+    children: list[Child] = []
+    try:
+        return _run(args, data_dir, exported, children)
+    finally:
+        for child in reversed(children):
+            child.stop()
+        services.stop()
+
+
+def _run(
+    args: argparse.Namespace, data_dir: Path, exported: dict[str, str], children: list[Child]
+) -> int:
+    import django
+    from django.core.management import call_command
+
+    django.setup()  # raises ConfigError for a bad or missing variable
+    _check_reachable()
+    call_command("migrate", interactive=False, verbosity=0)
+    call_command("bootstrap", *([] if not args.no_demo else ["--no-demo"]))
+
+    env = dict(os.environ)
+    python = sys.executable
+    logs = data_dir / "logs"
+    children.extend(
+        [
+            Child(
+                "web",
+                [python, "-m", "uvicorn", "controlplane.asgi:application",
+                 "--host", args.host, "--port", str(args.port), "--no-access-log",
+                 "--log-level", "warning"],
+                logs / "web.log",
+            ),
+            Child(
+                "celery-worker",
+                [python, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO",
+                 "--concurrency", "2", "--hostname", f"cacheplane@{os.uname().nodename}"],
+                logs / "celery-worker.log",
+            ),
+            Child(
+                "celery-beat",
+                [python, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO",
+                 "--schedule", str(data_dir / "celerybeat-schedule")],
+                logs / "celery-beat.log",
+            ),
+        ]
+    )  # fmt: skip
+    children.extend(_demo_providers(python, logs))
+
+    stop_requested = False
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    for child in children:
+        child.start(env)
+
+    url = f"http://{args.host}:{args.port}"
+    if not _wait_ready(url, children):
+        dead = [c for c in children if c.process is not None and c.process.poll() is not None]
+        for child in dead or children[:1]:
+            print(f"cacheplane: {child.name} failed to start:\n{child.tail()}", file=sys.stderr)
+        return 1
+    _print_banner(url, exported, logs)
+    if args.check:
+        return 0
+    while not stop_requested:
+        for child in children:
+            if child.process is not None and child.process.poll() is not None:
+                print(
+                    f"cacheplane: {child.name} exited ({child.process.returncode}); "
+                    f"stopping.\n{child.tail()}",
+                    file=sys.stderr,
+                )
+                return 1
+        time.sleep(0.5)  # supervisor idle loop
+    print(f"\ncacheplane: stopping (data kept in {data_dir})")
+    return 0
+
+
+def _demo_providers(python: str, logs: Path) -> list[Child]:
+    """Local stand-ins for providers, started only when no real ones are configured."""
+    extra: list[Child] = []
+    worker_module = Path(__file__).resolve().parent.parent / "workers" / "engine" / "cli.py"
+    if worker_module.exists() and not os.environ.get("CACHEPLANE_NO_DEMO_WORKER"):
+        port = free_port()
+        os.environ["CACHEPLANE_DEMO_WORKER_URL"] = f"http://127.0.0.1:{port}"
+        extra.append(
+            Child(
+                "reference-worker",
+                [python, "-m", "workers.engine.cli", "--port", str(port),
+                 "--served-model-name", "cacheplane/ref-tiny", "--enable-prompt-tokens-details"],
+                logs / "reference-worker.log",
+            )
+        )  # fmt: skip
+    return extra
+
+
+def _print_banner(url: str, exported: dict[str, str], logs: Path) -> None:
+    lines = [
+        "",
+        "Cacheplane is running.",
+        f"  Console:   {url}/",
+        f"  API:       {url}/api/v1/ (schema at {url}/api/v1/schema)",
+        f"  Health:    {url}/healthz  {url}/readyz  {url}/metrics",
+        f"  Logs:      {logs}/",
+    ]
+    if "DATABASE_URL" in exported:
+        lines.append("  Database:  embedded PostgreSQL (data in .cacheplane/postgres)")
+    if "REDIS_URL" in exported:
+        lines.append(f"  Redis:     embedded redis-server at {exported['REDIS_URL']}")
+    demo_worker = os.environ.get("CACHEPLANE_DEMO_WORKER_URL")
+    if demo_worker:
+        lines.append(f"  Worker:    reference vLLM-compatible worker at {demo_worker}")
+    lines.append("Press Ctrl-C to stop.")
+    print("\n".join(lines), flush=True)

@@ -1,0 +1,19 @@
+"""URL routes. Tenant routes live under /api/v1/tenants/{tenant}/, platform routes under
+/api/v1/platform/."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+from django_prometheus import exports
+
+from controlplane import health
+
+urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", exports.ExportToDjangoView, name="prometheus-metrics"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("controlplane.api.urls")),
+    path("", include("frontend.urls")),
+]

@@ -1,0 +1,1 @@
+"""Console pages, Channels consumers, templates and static assets."""

@@ -1,0 +1,11 @@
+"""WebSocket routes."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from frontend.consumers import PlatformEventsConsumer
+
+websocket_urlpatterns = [
+    path("ws/platform/events", PlatformEventsConsumer.as_asgi()),
+]

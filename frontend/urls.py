@@ -1,0 +1,18 @@
+"""Console pages."""
+
+from __future__ import annotations
+
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from frontend import views
+
+urlpatterns = [
+    path("", views.overview, name="console-overview"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(template_name="frontend/login.html"),
+        name="login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(next_page="/login/"), name="logout"),
+]

@@ -1,0 +1,1 @@
+"""Tenants, principals, roles, role bindings, API keys and authorization."""

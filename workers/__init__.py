@@ -1,0 +1,1 @@
+"""vLLM worker registry, metrics scraping, KV-event index and routing."""
