@@ -31,3 +31,38 @@ class RequestIdMiddleware:
             reset_request_id(token)
         response[REQUEST_ID_HEADER] = request_id
         return response
+
+
+class BodySizeLimitMiddleware:
+    """Refuse bodies over DATA_UPLOAD_MAX_MEMORY_SIZE with 413 before any view reads them.
+
+    DRF parsers read the request stream directly, bypassing Django's own size check, so
+    the limit is enforced here from Content-Length for every route.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        from django.conf import settings
+        from django.http import JsonResponse
+
+        from controlplane.api.errors import error_body
+
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            return JsonResponse(
+                error_body("malformed_request", "Invalid Content-Length header."), status=400
+            )
+        if limit is not None and length > limit:
+            return JsonResponse(
+                error_body(
+                    "payload_too_large",
+                    f"Request body of {length} bytes exceeds the limit of {limit} bytes.",
+                    {"limit_bytes": limit},
+                ),
+                status=413,
+            )
+        return self.get_response(request)

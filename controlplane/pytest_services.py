@@ -8,6 +8,8 @@ and this plugin starts nothing; a developer without services gets the embedded o
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,10 +26,11 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:  # noqa: 
         return
     from controlplane.embedded import EmbeddedServices
 
-    data_dir = Path(
-        os.environ.get("CACHEPLANE_TEST_DATA_DIR") or Path.cwd() / ".cacheplane" / "test"
-    )
-    _services = EmbeddedServices(data_dir, persist_redis=False)
+    # A fresh folder per run (initdb takes about a second): concurrent runs never share
+    # or stop each other's servers.
+    base = Path.cwd() / ".cacheplane" / "test-runs"
+    base.mkdir(parents=True, exist_ok=True)
+    _services = EmbeddedServices(Path(tempfile.mkdtemp(dir=base)), persist_redis=False)
     os.environ.update(_services.start())
 
 
@@ -35,4 +38,5 @@ def pytest_unconfigure(config) -> None:  # noqa: ANN001
     global _services
     if _services is not None:
         _services.stop()
+        shutil.rmtree(_services.data_dir, ignore_errors=True)
         _services = None

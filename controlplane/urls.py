@@ -17,3 +17,7 @@ urlpatterns = [
     path("api/v1/", include("controlplane.api.urls")),
     path("", include("frontend.urls")),
 ]
+
+handler400 = "controlplane.views.bad_request"
+handler404 = "controlplane.views.not_found"
+handler500 = "controlplane.views.server_error"

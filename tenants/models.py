@@ -10,6 +10,7 @@ import secrets
 import uuid
 
 from django.contrib.auth.models import AbstractUser
+from django.contrib.postgres.fields import ArrayField
 from django.core.validators import RegexValidator
 from django.db import models
 
@@ -44,6 +45,8 @@ class Tenant(models.Model):
     )
     cache_salt_secret = models.CharField(max_length=64, default=_new_salt_secret, editable=False)
     cache_salt_version = models.PositiveIntegerField(default=1)
+    # Bumped on every IAM policy replacement; the policy's etag is derived from it.
+    policy_version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     suspended_at = models.DateTimeField(null=True, blank=True)
@@ -99,3 +102,107 @@ class Principal(AbstractUser):
     @property
     def is_service_account(self) -> bool:
         return self.kind == PrincipalKind.SERVICE
+
+
+ROLE_NAME_VALIDATOR = RegexValidator(
+    r"^[a-zA-Z][a-zA-Z0-9_.-]{2,63}$",
+    "3-64 characters: letters, digits, '.', '_' and '-', starting with a letter.",
+)
+
+
+class RoleScope(models.TextChoices):
+    TENANT = "tenant", "Tenant"
+    PLATFORM = "platform", "Platform"
+
+
+class Role(models.Model):
+    """A named set of permissions.
+
+    Predefined roles (``tenant`` is null) are seeded from ``tenants.permissions`` and are
+    read-only; custom roles belong to one tenant and hold tenant permissions only.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.PROTECT, related_name="custom_roles"
+    )
+    name = models.CharField(max_length=64, validators=[ROLE_NAME_VALIDATOR])
+    title = models.CharField(max_length=200)
+    description = models.CharField(max_length=500, blank=True)
+    scope = models.CharField(max_length=16, choices=RoleScope.choices, default=RoleScope.TENANT)
+    permissions = ArrayField(models.CharField(max_length=64), default=list)
+    is_predefined = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="role_unique_name_per_tenant"),
+            models.UniqueConstraint(
+                fields=["name"],
+                condition=models.Q(tenant__isnull=True),
+                name="role_unique_predefined_name",
+            ),
+        ]
+        indexes = [models.Index(fields=["tenant", "name"])]
+
+    def __str__(self) -> str:
+        return self.name if self.tenant_id is None else f"{self.tenant_id}/{self.name}"
+
+
+class RoleBinding(models.Model):
+    """Grants a role to a principal at one scope: a tenant, or the platform (tenant null).
+
+    A tenant's bindings are its IAM policy, replaced as a whole under an etag.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.PROTECT, related_name="bindings"
+    )
+    principal = models.ForeignKey(Principal, on_delete=models.PROTECT, related_name="bindings")
+    role = models.ForeignKey(Role, on_delete=models.PROTECT, related_name="bindings")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "principal", "role"], name="binding_unique_per_scope"
+            ),
+            models.UniqueConstraint(
+                fields=["principal", "role"],
+                condition=models.Q(tenant__isnull=True),
+                name="binding_unique_platform",
+            ),
+        ]
+        indexes = [models.Index(fields=["tenant", "principal"])]
+
+    def __str__(self) -> str:
+        return f"{self.principal_id} -> {self.role_id} @ {self.tenant_id or 'platform'}"
+
+
+class ApiKey(models.Model):
+    """A bearer credential for a principal within one tenant.
+
+    Only a keyed digest of the secret is stored (``digest``, HMAC-SHA256 under the
+    deployment secret); the plaintext is shown once at creation. ``prefix`` is the
+    non-secret start of the key, shown in listings so people can tell keys apart.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="api_keys")
+    principal = models.ForeignKey(Principal, on_delete=models.PROTECT, related_name="api_keys")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16)
+    digest = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(Principal, null=True, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name})"

@@ -27,3 +27,61 @@ def django_db_setup(django_db_setup, django_db_blocker):
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
+
+
+@pytest.fixture(autouse=True)
+def _fresh_key_cache():
+    """API-key authentications are cached per process; tests must not share them."""
+    from tenants.services.keys import key_cache
+
+    key_cache.clear()
+    yield
+    key_cache.clear()
+
+
+@pytest.fixture
+def tenant_a(db):
+    from tests.factories import TenantFactory
+
+    return TenantFactory(slug="tenant-a")
+
+
+@pytest.fixture
+def tenant_b(db):
+    from tests.factories import TenantFactory
+
+    return TenantFactory(slug="tenant-b")
+
+
+@pytest.fixture
+def admin_a(tenant_a):
+    from tests.factories import HumanFactory, bind
+
+    user = HumanFactory(username="alice")
+    bind(user, "tenant.admin", tenant_a)
+    return user
+
+
+@pytest.fixture
+def admin_b(tenant_b):
+    from tests.factories import HumanFactory, bind
+
+    user = HumanFactory(username="bob")
+    bind(user, "tenant.admin", tenant_b)
+    return user
+
+
+@pytest.fixture
+def platform_admin(db):
+    from tests.factories import HumanFactory, bind
+
+    user = HumanFactory(username="root", is_staff=True, is_superuser=True)
+    bind(user, "platform.admin", None)
+    return user
+
+
+@pytest.fixture
+def api():
+    from rest_framework.test import APIClient
+
+    return APIClient()

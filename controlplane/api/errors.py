@@ -68,7 +68,9 @@ def api_exception_handler(exc: Exception, context: dict) -> Response | None:
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
     if isinstance(exc, exceptions.APIException):
-        code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
+        code = getattr(exc, "error_code", None) or next(
+            (c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error"
+        )
         if isinstance(exc, exceptions.ValidationError):
             body = error_body(code, _validation_message(exc.detail), {"fields": exc.detail})
         else:

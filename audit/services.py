@@ -1,0 +1,137 @@
+"""Appending audit events.
+
+``audit_record`` runs inside the caller's transaction: the event commits with the
+change or not at all, and if the audit write fails the change fails (fail closed).
+Appends to one chain are serialized by a row lock on its head, so concurrent writers
+produce one linear chain with no forks and no gaps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from audit.chain import GENESIS_HASH, event_hash
+from audit.models import PLATFORM_CHAIN, AuditChainHead, AuditEvent, Outcome
+from controlplane.request_context import get_request_id
+from tenants.actor import Actor
+from tenants.models import Tenant
+
+REDACTED = "[redacted]"
+_SECRET_MARKERS = ("password", "secret", "digest", "token", "api_key", "plaintext")
+
+
+def chain_for(tenant: Tenant | None) -> str:
+    """The chain an event of ``tenant`` belongs to (platform events: ``platform``)."""
+    return PLATFORM_CHAIN if tenant is None else f"tenant:{tenant.pk}"
+
+
+def redact(values: dict[str, Any]) -> dict[str, Any]:
+    """Replace the value of every secret-looking key (recursively) with a marker."""
+    clean: dict[str, Any] = {}
+    for key, value in values.items():
+        if _is_secret(key):
+            clean[key] = REDACTED
+        elif isinstance(value, dict):
+            clean[key] = redact(value)
+        else:
+            clean[key] = value
+    return clean
+
+
+def changes_between(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """``{field: {"before": old, "after": new}}`` for the fields that differ, redacted."""
+    diff: dict[str, Any] = {}
+    for name in sorted(set(before) | set(after)):
+        if before.get(name) != after.get(name):
+            diff[name] = {"before": before.get(name), "after": after.get(name)}
+    return redact_changes(diff)
+
+
+def redact_changes(diff: dict[str, Any]) -> dict[str, Any]:
+    """Redact both sides of every secret-looking field in a before/after diff."""
+    return {
+        name: ({"before": REDACTED, "after": REDACTED} if _is_secret(name) else change)
+        for name, change in diff.items()
+    }
+
+
+def _is_secret(name: str) -> bool:
+    return any(marker in name.lower() for marker in _SECRET_MARKERS)
+
+
+def _lock_head(chain: str) -> AuditChainHead:
+    # INSERT ... ON CONFLICT DO NOTHING makes creating a chain's head race-free; the
+    # SELECT ... FOR UPDATE then holds the chain until the transaction ends.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {AuditChainHead._meta.db_table} (chain, seq, hash) "
+            "VALUES (%s, 0, %s) ON CONFLICT (chain) DO NOTHING",
+            [chain, GENESIS_HASH],
+        )
+    return AuditChainHead.objects.select_for_update().get(chain=chain)
+
+
+def audit_record(
+    *,
+    actor: Actor,
+    action: str,
+    tenant: Tenant | None,
+    outcome: str = Outcome.SUCCESS,
+    target_type: str = "",
+    target_id: str = "",
+    changes: dict[str, Any] | None = None,
+    details: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """Append one event to the tenant's chain (or the platform chain) and return it."""
+    chain = chain_for(tenant)
+    with transaction.atomic():
+        head = _lock_head(chain)
+        record: dict[str, Any] = {
+            "chain": chain,
+            "seq": head.seq + 1,
+            "prev_hash": head.hash,
+            "occurred_at": timezone.now().isoformat(timespec="microseconds"),
+            "tenant_id": str(tenant.pk) if tenant is not None else None,
+            "actor_id": actor.principal_id,
+            "actor_name": actor.name,
+            "auth_method": actor.auth_method,
+            "key_id": actor.key_id,
+            "action": action,
+            "target_type": target_type,
+            "target_id": str(target_id),
+            "outcome": str(outcome),
+            "source_ip": actor.source_ip,
+            "user_agent": actor.user_agent,
+            "request_id": get_request_id(),
+            "changes": redact_changes(changes or {}),
+            "details": redact(details or {}),
+        }
+        record["hash"] = event_hash(record)
+        event = AuditEvent.objects.create(
+            chain=chain,
+            seq=record["seq"],
+            prev_hash=record["prev_hash"],
+            hash=record["hash"],
+            occurred_at=record["occurred_at"],
+            tenant=tenant,
+            actor_id=record["actor_id"],
+            actor_name=record["actor_name"],
+            auth_method=record["auth_method"],
+            key_id=record["key_id"],
+            action=action,
+            target_type=target_type,
+            target_id=record["target_id"],
+            outcome=record["outcome"],
+            source_ip=record["source_ip"],
+            user_agent=record["user_agent"],
+            request_id=record["request_id"],
+            changes=record["changes"],
+            details=record["details"],
+        )
+        head.seq = record["seq"]
+        head.hash = record["hash"]
+        head.save(update_fields=["seq", "hash"])
+    return event

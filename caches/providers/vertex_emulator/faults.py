@@ -1,0 +1,139 @@
+"""Injected failures and latency, so tests can exercise retries, timeouts and outage handling.
+
+A :class:`FaultRule` answers matching requests with an error instead of serving them, a given
+number of times (or until cleared). Rules are checked in the order they were added and the
+first match is consumed. Faults sit in front of authentication, like a front end that sheds
+load before the service sees the request.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .rpc_errors import RpcError, default_message_for, status_name_for
+
+
+@dataclass
+class FaultRule:
+    """Answer matching requests with ``status`` for the next ``count`` matches.
+
+    ``count=None`` means every match until cleared. ``methods`` empty matches every method;
+    ``path_contains`` empty matches every path.
+    """
+
+    rule_id: int
+    status: int
+    count: int | None = 1
+    methods: frozenset[str] = field(default_factory=frozenset)
+    path_contains: str = ""
+    message: str | None = None
+    wrap_in_array: bool = False
+    hits: int = 0
+
+    def matches(self, method: str, path: str) -> bool:
+        """Whether this rule applies to a request."""
+        if self.methods and method.upper() not in self.methods:
+            return False
+        return self.path_contains in path
+
+    def to_error(self) -> RpcError:
+        """The error body this rule sends (429/500/503 get the spec's texts by default)."""
+        return RpcError(
+            self.status,
+            self.message or default_message_for(self.status),
+            status=status_name_for(self.status),
+            wrap_in_array=self.wrap_in_array,
+        )
+
+    def to_state(self) -> dict[str, Any]:
+        """JSON-ready description, for the control endpoint."""
+        return {
+            "id": self.rule_id,
+            "status": self.status,
+            "count": self.count,
+            "methods": sorted(self.methods),
+            "path_contains": self.path_contains,
+            "message": self.message,
+            "wrap_in_array": self.wrap_in_array,
+            "hits": self.hits,
+        }
+
+
+class FaultInjector:
+    """The active fault rules and the artificial latency, shared across threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rules: list[FaultRule] = []
+        self._ids = itertools.count(1)
+        self._latency_ms = 0
+
+    def add(
+        self,
+        status: int,
+        *,
+        count: int | None = 1,
+        methods: Iterable[str] | None = None,
+        path_contains: str = "",
+        message: str | None = None,
+        wrap_in_array: bool = False,
+    ) -> FaultRule:
+        """Register a rule; see :class:`FaultRule` for the matching semantics."""
+        if not 400 <= status <= 599:
+            raise ValueError("fault status must be an HTTP error code (400-599)")
+        if count is not None and count < 1:
+            raise ValueError("fault count must be >= 1, or None for 'until cleared'")
+        with self._lock:
+            rule = FaultRule(
+                rule_id=next(self._ids),
+                status=status,
+                count=count,
+                methods=frozenset(method.upper() for method in methods or ()),
+                path_contains=path_contains,
+                message=message,
+                wrap_in_array=wrap_in_array,
+            )
+            self._rules.append(rule)
+            return rule
+
+    def take(self, method: str, path: str) -> RpcError | None:
+        """Consume the first matching rule and return its error; ``None`` if nothing matches."""
+        with self._lock:
+            for rule in self._rules:
+                if not rule.matches(method, path):
+                    continue
+                rule.hits += 1
+                if rule.count is not None:
+                    rule.count -= 1
+                    if rule.count == 0:
+                        self._rules.remove(rule)
+                return rule.to_error()
+        return None
+
+    def clear(self) -> None:
+        """Drop every rule and the latency."""
+        with self._lock:
+            self._rules.clear()
+            self._latency_ms = 0
+
+    @property
+    def latency_ms(self) -> int:
+        """Milliseconds added before every Google-path request is handled."""
+        with self._lock:
+            return self._latency_ms
+
+    @latency_ms.setter
+    def latency_ms(self, value: int) -> None:
+        if value < 0:
+            raise ValueError("latency must be >= 0 ms")
+        with self._lock:
+            self._latency_ms = value
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """The active rules, JSON-ready."""
+        with self._lock:
+            return [rule.to_state() for rule in self._rules]

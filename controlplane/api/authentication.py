@@ -1,0 +1,97 @@
+"""API-key (Bearer) authentication for DRF, with failed attempts audited."""
+
+from __future__ import annotations
+
+from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.request import Request
+
+from audit.models import Outcome
+from audit.services import audit_record
+from tenants.actor import Actor, AuthMethod
+from tenants.errors import ApiKeyRejected
+from tenants.models import Tenant
+from tenants.services.keys import api_key_authenticate
+
+
+class ApiKeyAuthFailed(exceptions.AuthenticationFailed):
+    """401 carrying the stable code of the rejection (``invalid_api_key``...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.error_code = code
+
+
+class TenantSuspendedError(exceptions.PermissionDenied):
+    error_code = "tenant_suspended"
+
+
+def audit_failed_authentication(request: Request, rejected: ApiKeyRejected, token: str) -> None:
+    """Record the failure on the key's tenant chain when known, else the platform chain."""
+    tenant = Tenant.objects.filter(pk=rejected.tenant_id).first() if rejected.tenant_id else None
+    actor = Actor.from_request(request._request)
+    actor = Actor(
+        principal=None,
+        auth_method=AuthMethod.API_KEY,
+        key_id=rejected.key_id,
+        source_ip=actor.source_ip,
+        user_agent=actor.user_agent,
+    )
+    audit_record(
+        actor=actor,
+        action="tenants.api_key.authenticate",
+        tenant=tenant,
+        outcome=Outcome.FAILED,
+        target_type="api_key",
+        target_id=rejected.key_id or "",
+        # Only the non-secret display prefix of what was presented, never the key.
+        details={"reason": rejected.code, "presented_prefix": token[:12]},
+    )
+
+
+class ApiKeyAuthentication(BaseAuthentication):
+    """``Authorization: Bearer cpk_...``; sets request.user to the key's principal and
+    request.auth to the ApiKey (its tenant bounds what it may touch)."""
+
+    keyword = b"bearer"
+
+    def authenticate(self, request: Request):  # noqa: ANN201 - DRF contract
+        header = get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword:
+            return None
+        if len(header) != 2:
+            raise ApiKeyAuthFailed(
+                "invalid_api_key", "Authorization header must be 'Bearer <key>'."
+            )
+        try:
+            token = header[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise ApiKeyAuthFailed("invalid_api_key", "The API key is malformed.") from None
+        try:
+            authenticated = api_key_authenticate(token)
+        except ApiKeyRejected as rejected:
+            audit_failed_authentication(request, rejected, token)
+            if rejected.code == "tenant_suspended":
+                raise TenantSuspendedError(rejected.message) from None
+            raise ApiKeyAuthFailed(rejected.code, rejected.message) from None
+        return authenticated.principal, authenticated.key
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="cacheplane"'
+
+
+try:  # Documents the scheme in the OpenAPI schema.
+    from drf_spectacular.extensions import OpenApiAuthenticationExtension
+
+    class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
+        target_class = "controlplane.api.authentication.ApiKeyAuthentication"
+        name = "apiKey"
+
+        def get_security_definition(self, auto_schema):  # noqa: ANN001, ANN201
+            return {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "A Cacheplane API key: `Authorization: Bearer cpk_...`.",
+            }
+except ImportError:  # pragma: no cover - drf-spectacular is a hard dependency
+    pass

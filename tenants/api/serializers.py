@@ -1,0 +1,142 @@
+"""Input and output shapes of the IAM API (inputs and outputs are separate classes)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from tenants.models import SLUG_VALIDATOR, ApiKey, Principal, Role, RoleBinding, Tenant
+
+
+class TenantOut(serializers.ModelSerializer):
+    class Meta:
+        model = Tenant
+        fields = [
+            "id", "slug", "display_name", "state", "cache_salt_version", "created_at",
+            "updated_at", "suspended_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class TenantCreateInput(serializers.Serializer):
+    slug = serializers.CharField(max_length=40, validators=[SLUG_VALIDATOR])
+    display_name = serializers.CharField(max_length=200)
+    admin = serializers.UUIDField(
+        required=False, allow_null=True, help_text="Human principal bound as tenant admin."
+    )
+
+
+class TenantUpdateInput(serializers.Serializer):
+    display_name = serializers.CharField(max_length=200)
+
+
+class TenantStateInput(serializers.Serializer):
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True)
+
+
+class PrincipalOut(serializers.ModelSerializer):
+    class Meta:
+        model = Principal
+        fields = ["id", "username", "kind", "tenant", "description", "is_active", "date_joined"]
+        read_only_fields = fields
+
+
+class HumanCreateInput(serializers.Serializer):
+    username = serializers.RegexField(r"^[A-Za-z0-9@.+_-]{3,150}$", max_length=150)
+    email = serializers.EmailField(required=False, allow_blank=True)
+    password = serializers.CharField(
+        min_length=12, max_length=200, write_only=True, required=False,
+        help_text="Omit for a principal that logs in only after a password is set.",
+    )  # fmt: skip
+
+
+class ServiceAccountCreateInput(serializers.Serializer):
+    name = serializers.CharField(max_length=40)
+    description = serializers.CharField(max_length=500, required=False, allow_blank=True)
+
+
+class RoleOut(serializers.ModelSerializer):
+    custom = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Role
+        fields = ["id", "name", "title", "description", "scope", "permissions", "custom"]
+        read_only_fields = fields
+
+    def get_custom(self, role: Role) -> bool:
+        return role.tenant_id is not None
+
+
+class RoleCreateInput(serializers.Serializer):
+    name = serializers.RegexField(r"^[a-zA-Z][a-zA-Z0-9_.-]{2,63}$", max_length=64)
+    title = serializers.CharField(max_length=200)
+    description = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    permissions = serializers.ListField(
+        child=serializers.CharField(max_length=64), min_length=1, max_length=64
+    )
+
+
+class BindingOut(serializers.ModelSerializer):
+    role = serializers.CharField(source="role.name")
+    principal = serializers.UUIDField(source="principal_id")
+    principal_name = serializers.CharField(source="principal.username")
+
+    class Meta:
+        model = RoleBinding
+        fields = ["role", "principal", "principal_name", "expires_at"]
+        read_only_fields = fields
+
+
+class PolicyOut(serializers.Serializer):
+    etag = serializers.CharField()
+    version = serializers.IntegerField()
+    bindings = BindingOut(many=True)
+
+
+class BindingInput(serializers.Serializer):
+    role = serializers.CharField(max_length=64)
+    principal = serializers.UUIDField()
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+
+
+class PolicySetInput(serializers.Serializer):
+    etag = serializers.CharField(max_length=100)
+    bindings = BindingInput(many=True, max_length=1000)
+
+
+class PermissionsTestInput(serializers.Serializer):
+    permissions = serializers.ListField(
+        child=serializers.CharField(max_length=64), min_length=1, max_length=100
+    )
+
+
+class PermissionsTestOut(serializers.Serializer):
+    permissions = serializers.ListField(child=serializers.CharField())
+
+
+class ApiKeyOut(serializers.ModelSerializer):
+    principal_name = serializers.CharField(source="principal.username")
+
+    class Meta:
+        model = ApiKey
+        fields = [
+            "id", "name", "prefix", "principal", "principal_name", "created_at", "expires_at",
+            "revoked_at", "last_used_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class ApiKeyCreateInput(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    principal = serializers.UUIDField(
+        required=False, allow_null=True,
+        help_text="A service account of this tenant; omit for a key of your own.",
+    )  # fmt: skip
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+
+
+class ApiKeyIssuedOut(ApiKeyOut):
+    key = serializers.CharField(help_text="The secret, shown only in this response.")
+
+    class Meta(ApiKeyOut.Meta):
+        fields = [*ApiKeyOut.Meta.fields, "key"]
+        read_only_fields = fields

@@ -1,0 +1,39 @@
+"""Audit console logins and failed logins (Django auth signals)."""
+
+from __future__ import annotations
+
+from django.contrib.auth.signals import user_logged_in, user_login_failed
+from django.dispatch import receiver
+
+from audit.models import Outcome
+from audit.services import audit_record
+from tenants.actor import Actor, AuthMethod, client_ip
+
+
+@receiver(user_logged_in)
+def _audit_login(sender, request, user, **kwargs) -> None:  # noqa: ANN001
+    audit_record(
+        actor=Actor.from_request(request, principal=user),
+        action="tenants.session.login",
+        tenant=None,
+        target_type="principal",
+        target_id=str(user.pk),
+    )
+
+
+@receiver(user_login_failed)
+def _audit_login_failed(sender, credentials, request=None, **kwargs) -> None:  # noqa: ANN001
+    actor = Actor(
+        principal=None,
+        auth_method=AuthMethod.SESSION,
+        source_ip=client_ip(request) if request is not None else None,
+        user_agent=request.headers.get("User-Agent", "")[:300] if request is not None else "",
+    )
+    audit_record(
+        actor=actor,
+        action="tenants.session.login",
+        tenant=None,
+        outcome=Outcome.FAILED,
+        target_type="principal",
+        target_id=str(credentials.get("username", ""))[:150],
+    )

@@ -1,0 +1,95 @@
+"""Block hashing: canonical CBOR bytes, the chain rule, salts, and the event hash width."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+
+import pytest
+
+from workers.engine.hashing import (
+    BlockHasher,
+    block_hash_chain,
+    cbor_encode,
+    event_hash,
+    none_hash,
+    sha256_cbor,
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [  # RFC 8949 appendix A
+        (0, "00"),
+        (23, "17"),
+        (24, "1818"),
+        (100, "1864"),
+        (1000, "1903e8"),
+        (1000000, "1a000f4240"),
+        (18446744073709551615, "1bffffffffffffffff"),
+        (18446744073709551616, "c249010000000000000000"),
+        (-1, "20"),
+        (-100, "3863"),
+        (-18446744073709551617, "c349010000000000000000"),
+        (None, "f6"),
+        (True, "f5"),
+        (False, "f4"),
+        ("", "60"),
+        ("a", "6161"),
+        ("\u00fc", "62c3bc"),
+        (b"\x01\x02\x03\x04", "4401020304"),
+        ([], "80"),
+        ((1, [2, 3], (4, 5)), "8301820203820405"),
+        ({"b": 1, "a": 2, "aa": 3}, "a3616102616201626161" + "03"),
+    ],
+)
+def test_cbor_encoding_matches_rfc_8949_canonical_bytes(value: object, expected: str) -> None:
+    assert cbor_encode(value).hex() == expected
+
+
+def test_cbor_refuses_floats_instead_of_guessing() -> None:
+    with pytest.raises(TypeError):
+        cbor_encode(1.5)
+
+
+def test_chain_follows_vllm_formula_with_salt_in_block_zero_only() -> None:
+    tokens = list(range(40))
+    seed_hash = hashlib.sha256(cbor_encode("7")).digest()
+    assert none_hash("7") == seed_hash
+    h0 = sha256_cbor((seed_hash, tuple(range(16)), ("tenant-a",)))
+    h1 = sha256_cbor((h0, tuple(range(16, 32)), None))
+    assert block_hash_chain(tokens, cache_salt="tenant-a", hash_seed="7") == [h0, h1]
+
+
+def test_pickle_algorithm_matches_vllm_default_sha256() -> None:
+    seed = hashlib.sha256(pickle.dumps("0", protocol=pickle.HIGHEST_PROTOCOL)).digest()
+    expected = hashlib.sha256(
+        pickle.dumps((seed, tuple(range(16)), None), protocol=pickle.HIGHEST_PROTOCOL)
+    ).digest()
+    assert block_hash_chain(list(range(16)), algo="sha256") == [expected]
+
+
+def test_salts_change_every_block_and_partial_blocks_are_not_hashed() -> None:
+    tokens = list(range(50))
+    plain = block_hash_chain(tokens)
+    salted = block_hash_chain(tokens, cache_salt="a")
+    assert len(plain) == len(salted) == 3
+    assert all(p != s for p, s in zip(plain, salted, strict=True))
+    assert block_hash_chain(tokens, cache_salt="a") == salted
+    assert block_hash_chain(tokens, cache_salt="b") != salted
+    assert block_hash_chain(tokens, hash_seed="1") != plain
+
+
+def test_incremental_hasher_agrees_with_the_pure_chain() -> None:
+    hasher = BlockHasher(block_size=4)
+    hashes: list[bytes] = []
+    tokens: list[int] = []
+    for token in range(19):
+        tokens.append(token)
+        hasher.extend(hashes, tokens, "s")
+    assert hashes == block_hash_chain(tokens, block_size=4, cache_salt="s")
+
+
+def test_event_hash_is_the_low_64_bits_big_endian() -> None:
+    digest = bytes(range(32))
+    assert event_hash(digest) == int.from_bytes(bytes(range(24, 32)), "big")
