@@ -5,21 +5,31 @@ Mutations never arrive over the socket; they go through REST.
 
 from __future__ import annotations
 
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from frontend.events import platform_group
+from tenants.services.authorization import authorize
 
 CLOSE_UNAUTHORIZED = 4403
 
 
 class PlatformEventsConsumer(AsyncJsonWebsocketConsumer):
-    """Pushes platform-wide events to platform operators."""
+    """Pushes platform-wide events to principals holding ``tenants.list`` at platform scope."""
 
     topic = "events"
+    permission = "tenants.list"
 
     async def connect(self) -> None:
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated or not user.is_superuser:
+        allowed = (
+            user is not None
+            and user.is_authenticated
+            and await database_sync_to_async(authorize)(
+                principal=user, permission=self.permission, tenant=None
+            )
+        )
+        if not allowed:
             await self.close(code=CLOSE_UNAUTHORIZED)
             return
         self.group = platform_group(self.topic)

@@ -1,25 +1,56 @@
-"""Operator pages for tenants and principals (reads and safe edits only; IAM changes go
-through the audited services)."""
+"""Operator pages for tenants and IAM: read-only.
+
+Every change to these objects must be audited in the same transaction, which the
+services do and the generic admin forms would not; operators change them through the
+API or the console.
+"""
 
 from django.contrib import admin
-from django.contrib.auth.admin import UserAdmin
 
-from tenants.models import Principal, Tenant
+from tenants.models import ApiKey, Principal, Role, RoleBinding, Tenant
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request) -> bool:  # noqa: ANN001
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+        return False
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(ReadOnlyAdmin):
     list_display = ("slug", "display_name", "state", "cache_salt_version", "created_at")
     list_filter = ("state",)
     search_fields = ("slug", "display_name")
-    readonly_fields = ("id", "slug", "state", "cache_salt_version", "created_at", "updated_at")
+    exclude = ("cache_salt_secret",)
 
 
 @admin.register(Principal)
-class PrincipalAdmin(UserAdmin):
-    list_display = ("username", "kind", "tenant", "is_staff", "is_active")
+class PrincipalAdmin(ReadOnlyAdmin):
+    list_display = ("username", "kind", "tenant", "is_staff", "is_active", "last_login")
     list_filter = ("kind", "is_staff", "is_active")
-    fieldsets = (
-        *UserAdmin.fieldsets,
-        ("Cacheplane", {"fields": ("kind", "tenant", "description")}),
-    )
+    search_fields = ("username", "email")
+    exclude = ("password",)
+
+
+@admin.register(Role)
+class RoleAdmin(ReadOnlyAdmin):
+    list_display = ("name", "title", "scope", "tenant", "is_predefined")
+    list_filter = ("scope", "is_predefined")
+
+
+@admin.register(RoleBinding)
+class RoleBindingAdmin(ReadOnlyAdmin):
+    list_display = ("principal", "role", "tenant", "expires_at", "created_at")
+    list_select_related = ("principal", "role", "tenant")
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(ReadOnlyAdmin):
+    list_display = ("prefix", "name", "tenant", "principal", "created_at", "revoked_at")
+    list_select_related = ("tenant", "principal")
+    exclude = ("digest",)

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
+from rest_framework.permissions import AllowAny
 
 urlpatterns = [
-    path("schema", SpectacularAPIView.as_view(), name="openapi-schema"),
+    # The schema is public: it describes the API, it reveals no tenant data.
+    path(
+        "schema",
+        SpectacularAPIView.as_view(permission_classes=[AllowAny], authentication_classes=[]),
+        name="openapi-schema",
+    ),
     path("", include("tenants.api.urls")),
 ]

@@ -17,9 +17,10 @@ async def test_platform_admin_receives_event_sent_through_redis_layer() -> None:
     from django.conf import settings
 
     assert settings.CHANNEL_LAYERS["default"]["BACKEND"].startswith("channels_redis")
-    admin = await sync_to_async(Principal.objects.create_superuser)(
-        username="root-ws", password="x" * 16
-    )
+    from tests.factories import HumanFactory, bind
+
+    admin = await sync_to_async(HumanFactory)(username="root-ws")
+    await sync_to_async(bind)(admin, "platform.auditor", None)
     communicator = WebsocketCommunicator(PlatformEventsConsumer.as_asgi(), "/ws/platform/events")
     communicator.scope["user"] = admin
     connected, _ = await communicator.connect()

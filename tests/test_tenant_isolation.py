@@ -1,0 +1,139 @@
+"""The shared tenant-isolation suite (STYLE.md): walks every tenant route and consumer.
+
+A principal of tenant B (by session and by API key) gets 404 on every verb of every
+route under tenant A, cannot reference A's ids in its own inputs, and receives none of
+A's live events. A route added later is picked up automatically from the URL resolver.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from tenants.models import ApiKey
+from tenants.services import keys
+from tests.factories import ServiceAccountFactory, actor_for
+
+VERBS = ("get", "post", "put", "patch", "delete")
+
+
+def _tenant_routes() -> list[str]:
+    """Every URL pattern under /api/v1/tenants/<tenant>/ as a template string."""
+    found: list[str] = []
+
+    def walk(patterns, prefix: str) -> None:
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                walk(p.url_patterns, prefix + str(p.pattern))
+            elif isinstance(p, URLPattern):
+                route = prefix + str(p.pattern)
+                if "<slug:tenant>" in route:
+                    found.append(route)
+
+    walk(get_resolver().url_patterns, "/")
+    return sorted(set(found))
+
+
+ROUTES = _tenant_routes()
+
+
+def test_the_suite_sees_the_tenant_routes() -> None:
+    assert any(r.endswith("iam-policy") for r in ROUTES)
+    assert len(ROUTES) >= 7
+
+
+@pytest.fixture
+def a_objects(tenant_a, admin_a):
+    """Ids of A's objects to plug into path parameters."""
+    issued = keys.api_key_create(actor=actor_for(admin_a), tenant=tenant_a, name="a-key")
+    return {"pk": str(issued.key.pk)}
+
+
+def _fill(route: str, slug: str, objects: dict[str, str]) -> str:
+    url = route.replace("<slug:tenant>", slug)
+    return re.sub(r"<(?:\w+:)?(\w+)>", lambda m: objects.get(m.group(1), "x"), url)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("route", ROUTES)
+def test_b_gets_404_on_every_verb_of_a_route_by_session(api, route, tenant_a, admin_b, a_objects):
+    api.force_login(admin_b)
+    url = _fill(route, tenant_a.slug, a_objects)
+    for verb in VERBS:
+        response = getattr(api, verb)(url, {}, format="json")
+        assert response.status_code == 404, (verb, url, response.status_code)
+        assert response.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("route", ROUTES)
+def test_b_gets_404_on_every_verb_of_a_route_by_api_key(
+    api, route, tenant_a, tenant_b, admin_b, a_objects
+):
+    issued = keys.api_key_create(actor=actor_for(admin_b), tenant=tenant_b, name="b-key")
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.plaintext}")
+    url = _fill(route, tenant_a.slug, a_objects)
+    for verb in VERBS:
+        response = getattr(api, verb)(url, {}, format="json")
+        assert response.status_code == 404, (verb, url, response.status_code)
+
+
+@pytest.mark.django_db
+def test_a_nonexistent_tenant_looks_exactly_like_a_forbidden_one(api, tenant_a, admin_b) -> None:
+    api.force_login(admin_b)
+    real = api.get(f"/api/v1/tenants/{tenant_a.slug}/iam-policy")
+    ghost = api.get("/api/v1/tenants/no-such-tenant/iam-policy")
+    assert real.status_code == ghost.status_code == 404
+    strip = lambda r: {k: v for k, v in r.json()["error"].items() if k != "request_id"}  # noqa: E731
+    assert strip(real) == strip(ghost)
+
+
+@pytest.mark.django_db
+def test_b_cannot_reference_a_ids_in_its_own_inputs(
+    api, tenant_a, tenant_b, admin_a, admin_b, a_objects
+) -> None:
+    sa_a = ServiceAccountFactory(tenant=tenant_a)
+    api.force_login(admin_b)
+    policy = api.get(f"/api/v1/tenants/{tenant_b.slug}/iam-policy").json()
+    bindings = [{"role": b["role"], "principal": b["principal"]} for b in policy["bindings"]]
+    with_foreign = [*bindings, {"role": "tenant.viewer", "principal": str(sa_a.pk)}]
+    response = api.put(
+        f"/api/v1/tenants/{tenant_b.slug}/iam-policy",
+        {"etag": policy["etag"], "bindings": with_foreign},
+        format="json",
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "unknown_principal"
+    key = api.post(
+        f"/api/v1/tenants/{tenant_b.slug}/keys",
+        {"name": "x", "principal": str(sa_a.pk)},
+        format="json",
+    )
+    assert key.status_code == 400
+    revoke = api.post(
+        f"/api/v1/tenants/{tenant_b.slug}/keys/{a_objects['pk']}/revoke", {}, format="json"
+    )
+    assert revoke.status_code == 404
+    assert ApiKey.objects.get(pk=a_objects["pk"]).revoked_at is None
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_b_receives_none_of_a_platform_or_tenant_events() -> None:
+    """Consumers: a tenant principal cannot join platform topics (tenant topics: see the
+    console consumers, which are added to this suite as they appear)."""
+    from asgiref.sync import sync_to_async
+    from channels.testing import WebsocketCommunicator
+
+    from frontend.consumers import PlatformEventsConsumer
+    from tests.factories import HumanFactory, TenantFactory, bind
+
+    tenant = await sync_to_async(TenantFactory)()
+    user = await sync_to_async(HumanFactory)()
+    await sync_to_async(bind)(user, "tenant.admin", tenant)
+    communicator = WebsocketCommunicator(PlatformEventsConsumer.as_asgi(), "/ws/platform/events")
+    communicator.scope["user"] = user
+    connected, code = await communicator.connect()
+    assert not connected and code == 4403
