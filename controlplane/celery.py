@@ -34,6 +34,24 @@ BEAT_SCHEDULE: dict[str, dict] = {
         "task": "controlplane.tasks.worker_heartbeat_task",
         "schedule": timedelta(seconds=30),
     },
+    # TTL sweeper: 15 s bounds how long an expired cache still reads as active; each run
+    # touches only due rows through a partial index and re-enqueues itself if a batch fills.
+    "caches-sweep-expired": {
+        "task": "caches.tasks.cache_sweep_expired_task",
+        "schedule": timedelta(seconds=15),
+    },
+    # Refresh/pre-warm scheduler: reviews run at 80 % of a TTL and vLLM pins every
+    # CACHEPLANE_VLLM_PIN_REFRESH_SECONDS (default 120 s), so 15 s is ample resolution.
+    "caches-schedule-refreshes": {
+        "task": "caches.tasks.cache_schedule_refreshes_task",
+        "schedule": timedelta(seconds=15),
+    },
+    # Reconciliation lists whole provider scopes (API calls, quota): every 5 minutes finds
+    # drift and dead-worker operations well before typical TTLs run out.
+    "caches-reconcile": {
+        "task": "caches.tasks.cache_reconcile_task",
+        "schedule": timedelta(minutes=5),
+    },
 }
 
 # Retry policy for tasks that call providers: transient errors only, exponential

@@ -65,6 +65,20 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return value
 
 
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    """Parse a decimal number, optionally bounded below."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(name, f"expected a number, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(name, f"must be >= {minimum}, got {value}")
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     """Parse a comma-separated list, dropping empty items."""
     raw = os.environ.get(name)

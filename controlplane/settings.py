@@ -13,6 +13,7 @@ from controlplane.env import (
     ConfigError,
     env_bool,
     env_choice,
+    env_float,
     env_int,
     env_list,
     env_str,
@@ -240,3 +241,65 @@ LOGGING = {
 
 # --- Cacheplane -----------------------------------------------------------------------
 CACHEPLANE_DATA_DIR = Path(env_str("CACHEPLANE_DATA_DIR", str(BASE_DIR / ".cacheplane")) or "")
+
+# --- Caches and providers (see README "Cache objects") -----------------------------------
+CACHEPLANE_CACHE_MAX_TTL_SECONDS = env_int(
+    "CACHEPLANE_CACHE_MAX_TTL_SECONDS", 7 * 86400, minimum=60
+)
+CACHEPLANE_CACHE_DEFAULT_TTL_SECONDS = env_int(
+    "CACHEPLANE_CACHE_DEFAULT_TTL_SECONDS", 3600, minimum=60
+)
+CACHEPLANE_CACHE_MAX_CONTENT_BYTES = env_int(
+    "CACHEPLANE_CACHE_MAX_CONTENT_BYTES", 10 * 1024 * 1024, minimum=1024
+)
+# Empty: Google's endpoints. A URL: a Vertex emulator (development, tests, demos).
+CACHEPLANE_VERTEX_BASE_URL = env_str("CACHEPLANE_VERTEX_BASE_URL", "") or ""
+CACHEPLANE_VERTEX_API_VERSION = env_str("CACHEPLANE_VERTEX_API_VERSION", "v1") or "v1"
+CACHEPLANE_VERTEX_PROJECT = env_str("CACHEPLANE_VERTEX_PROJECT", "") or ""
+CACHEPLANE_VERTEX_LOCATION = env_str("CACHEPLANE_VERTEX_LOCATION", "us-central1") or ""
+# A static bearer token (emulators only); unset: Application Default Credentials.
+CACHEPLANE_VERTEX_STATIC_TOKEN = env_str("CACHEPLANE_VERTEX_STATIC_TOKEN", "") or ""
+CACHEPLANE_VERTEX_DISPLAY_PREFIX = env_str("CACHEPLANE_VERTEX_DISPLAY_PREFIX", "cacheplane-") or ""
+CACHEPLANE_RECONCILE_ORPHANS = env_choice(
+    "CACHEPLANE_RECONCILE_ORPHANS", "report", ("report", "adopt", "delete")
+)
+CACHEPLANE_VLLM_API_KEY = env_str("CACHEPLANE_VLLM_API_KEY", "") or ""
+CACHEPLANE_VLLM_PIN_REFRESH_SECONDS = env_int("CACHEPLANE_VLLM_PIN_REFRESH_SECONDS", 120, minimum=5)
+CACHEPLANE_PROVIDER_TIMEOUT_SECONDS = env_float(
+    "CACHEPLANE_PROVIDER_TIMEOUT_SECONDS", 60.0, minimum=0.1
+)
+CACHEPLANE_PROVIDER_RETRY_ATTEMPTS = env_int("CACHEPLANE_PROVIDER_RETRY_ATTEMPTS", 4, minimum=1)
+CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY = env_float(
+    "CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY", 1.0, minimum=0.0
+)
+CACHEPLANE_OPERATION_MAX_ATTEMPTS = env_int("CACHEPLANE_OPERATION_MAX_ATTEMPTS", 8, minimum=1)
+# A running operation whose worker died is re-enqueued once its lease lapses.
+CACHEPLANE_OPERATION_LEASE_SECONDS = env_int(
+    "CACHEPLANE_OPERATION_LEASE_SECONDS", CELERY_TASK_TIME_LIMIT + 30, minimum=1
+)
+CACHEPLANE_SWEEP_BATCH = env_int("CACHEPLANE_SWEEP_BATCH", 500, minimum=1)
+
+# --- Billing (see README "Billing") -----------------------------------------------------
+# Redis list the gateway appends usage rows to; the flush task drains it in batches.
+CACHEPLANE_BILLING_USAGE_QUEUE_KEY = (
+    env_str("CACHEPLANE_BILLING_USAGE_QUEUE_KEY", "cacheplane:billing:usage")
+    or "cacheplane:billing:usage"
+)
+CACHEPLANE_BILLING_FLUSH_INTERVAL_SECONDS = env_int(
+    "CACHEPLANE_BILLING_FLUSH_INTERVAL_SECONDS", 5, minimum=1
+)
+CACHEPLANE_BILLING_FLUSH_BATCH = env_int("CACHEPLANE_BILLING_FLUSH_BATCH", 5000, minimum=1)
+CACHEPLANE_BILLING_FLUSH_MAX_BATCHES = env_int(
+    "CACHEPLANE_BILLING_FLUSH_MAX_BATCHES", 40, minimum=1
+)
+# A claimed batch not finished after this long (its worker died) is flushed again.
+CACHEPLANE_BILLING_FLUSH_LEASE_SECONDS = env_int(
+    "CACHEPLANE_BILLING_FLUSH_LEASE_SECONDS", CELERY_TASK_TIME_LIMIT * 2, minimum=1
+)
+CACHEPLANE_BILLING_RESERVATION_TTL_SECONDS = env_int(
+    "CACHEPLANE_BILLING_RESERVATION_TTL_SECONDS", 900, minimum=1
+)
+CACHEPLANE_BILLING_EXPIRE_BATCH = env_int("CACHEPLANE_BILLING_EXPIRE_BATCH", 500, minimum=1)
+CACHEPLANE_BILLING_WEBHOOK_TIMEOUT_SECONDS = env_int(
+    "CACHEPLANE_BILLING_WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1
+)

@@ -14,4 +14,5 @@ urlpatterns = [
         name="openapi-schema",
     ),
     path("", include("tenants.api.urls")),
+    path("", include("caches.api.urls")),
 ]

@@ -142,6 +142,10 @@ class VertexEmulator:
         """Delay every Google-path request by ``ms`` milliseconds (0 turns it off)."""
         self.faults.latency_ms = ms
 
+    def set_reply_delay(self, ms: int) -> None:
+        """Delay every reply by ``ms`` after the request took effect (0 turns it off)."""
+        self.faults.reply_delay_ms = ms
+
     # -- auth ------------------------------------------------------------------------------
 
     def allow_tokens(self, project: str, tokens: Iterable[str]) -> None:

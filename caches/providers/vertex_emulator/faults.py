@@ -71,6 +71,7 @@ class FaultInjector:
         self._rules: list[FaultRule] = []
         self._ids = itertools.count(1)
         self._latency_ms = 0
+        self._reply_delay_ms = 0
 
     def add(
         self,
@@ -119,6 +120,7 @@ class FaultInjector:
         with self._lock:
             self._rules.clear()
             self._latency_ms = 0
+            self._reply_delay_ms = 0
 
     @property
     def latency_ms(self) -> int:
@@ -132,6 +134,20 @@ class FaultInjector:
             raise ValueError("latency must be >= 0 ms")
         with self._lock:
             self._latency_ms = value
+
+    @property
+    def reply_delay_ms(self) -> int:
+        """Milliseconds added after a request took effect, before its reply: models a
+        caller that dies (or times out) after the remote change was made."""
+        with self._lock:
+            return self._reply_delay_ms
+
+    @reply_delay_ms.setter
+    def reply_delay_ms(self, value: int) -> None:
+        if value < 0:
+            raise ValueError("reply delay must be >= 0 ms")
+        with self._lock:
+            self._reply_delay_ms = value
 
     def snapshot(self) -> list[dict[str, Any]]:
         """The active rules, JSON-ready."""

@@ -254,6 +254,9 @@ def build_app(emulator: VertexEmulator) -> Starlette:
         )
         body = _parse_body(raw) if operation.reads_body else None
         result = operation.run(body)
+        reply_delay_ms = emulator.faults.reply_delay_ms
+        if reply_delay_ms:
+            await asyncio.sleep(reply_delay_ms / 1000)
         return _success_response(operation, result, query)
 
     async def unmapped_endpoint(request: Request) -> Response:

@@ -1,0 +1,247 @@
+"""Vertex AI context caches through google-genai (``client.caches.*``).
+
+One client per (project, location, credentials). Each remote cache carries our display
+name ``<prefix><cache id>``: creation first looks for it, so an operation retried after a
+crash adopts the cache it already made instead of paying for a second one.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from datetime import UTC
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+
+from caches.content import CacheContent
+from caches.providers.base import (
+    PermanentProviderError,
+    RemoteGone,
+    RemoteListing,
+    RemoteState,
+    TransientProviderError,
+)
+
+if TYPE_CHECKING:
+    from google import genai
+
+    from caches.models import CacheObject
+
+_MIN_TOKENS = re.compile(r"cached content is of (\d+) tokens.*minimum token count.*is (\d+)", re.I)
+_TRANSIENT_CODES = {408, 429, 500, 502, 503, 504}
+
+
+@dataclass(frozen=True)
+class VertexScope:
+    """Where a tenant's caches live: its own project, or the deployment default."""
+
+    project: str
+    location: str
+    credentials_file: str = ""
+
+
+_clients: dict[VertexScope, genai.Client] = {}
+_clients_lock = threading.Lock()
+
+
+def vertex_client(scope: VertexScope) -> genai.Client:
+    """A cached genai client for ``scope`` (credentials from file, static token, or ADC)."""
+    with _clients_lock:
+        client = _clients.get(scope)
+        if client is None:
+            client = _build_client(scope)
+            _clients[scope] = client
+        return client
+
+
+def _build_client(scope: VertexScope) -> genai.Client:
+    from google import genai
+    from google.genai import types
+
+    credentials = None
+    if scope.credentials_file:
+        from google.oauth2 import service_account
+
+        credentials = service_account.Credentials.from_service_account_file(
+            scope.credentials_file, scopes=["https://www.googleapis.com/auth/cloud-platform"]
+        )
+    elif settings.CACHEPLANE_VERTEX_STATIC_TOKEN:
+        import google.oauth2.credentials
+
+        credentials = google.oauth2.credentials.Credentials(
+            token=settings.CACHEPLANE_VERTEX_STATIC_TOKEN
+        )
+    retry = types.HttpRetryOptions(
+        attempts=settings.CACHEPLANE_PROVIDER_RETRY_ATTEMPTS,
+        initial_delay=settings.CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY,
+        max_delay=max(settings.CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY * 8, 0.01),
+        exp_base=2,
+        jitter=max(settings.CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY, 0.001),
+        http_status_codes=sorted(_TRANSIENT_CODES),
+    )
+    http_options = types.HttpOptions(
+        api_version=settings.CACHEPLANE_VERTEX_API_VERSION,
+        timeout=int(settings.CACHEPLANE_PROVIDER_TIMEOUT_SECONDS * 1000),
+        retry_options=retry,
+        base_url=settings.CACHEPLANE_VERTEX_BASE_URL or None,
+    )
+    return genai.Client(
+        vertexai=True,
+        project=scope.project,
+        location=scope.location,
+        credentials=credentials,
+        http_options=http_options,
+    )
+
+
+def forget_clients() -> None:
+    """Drop cached clients (after settings or credentials change)."""
+    with _clients_lock:
+        _clients.clear()
+
+
+def display_name(cache: CacheObject) -> str:
+    return f"{settings.CACHEPLANE_VERTEX_DISPLAY_PREFIX}{cache.pk}"
+
+
+def _translate(exc: Exception) -> Exception:
+    """Map google-genai and transport errors onto our taxonomy."""
+    import httpx
+    from google.genai import errors
+
+    if isinstance(exc, errors.APIError):
+        message = exc.message or str(exc)
+        if exc.code in _TRANSIENT_CODES:
+            return TransientProviderError(f"Vertex AI {exc.code} {exc.status}: {message}")
+        if exc.code == 404:
+            return RemoteGone(f"Vertex AI: {message}")
+        if exc.code == 400 and (match := _MIN_TOKENS.search(message)):
+            return PermanentProviderError(
+                f"The content has {match.group(1)} tokens; the model's minimum to cache is "
+                f"{match.group(2)}.",
+                code="below_minimum_tokens",
+            )
+        if exc.code in (401, 403):
+            return PermanentProviderError(f"Vertex AI refused: {message}", code="provider_denied")
+        return PermanentProviderError(f"Vertex AI {exc.code} {exc.status}: {message}",
+                                      code="provider_rejected")  # fmt: skip
+    if isinstance(exc, (httpx.TransportError, OSError)):
+        return TransientProviderError(f"Vertex AI unreachable: {exc}")
+    return exc
+
+
+def _content_config(content: CacheContent) -> dict:
+    """The cache content as google-genai types (the SDK serializes them to the wire)."""
+    from google.genai import types
+
+    canonical = content.canonical()
+    parts = []
+    for doc in canonical.documents:
+        if doc.uri:
+            parts.append(types.Part.from_uri(file_uri=doc.uri, mime_type=doc.mime_type))
+        else:
+            parts.append(
+                types.Part(text=f'<document id="{doc.id}" chunk="{doc.chunk}">\n{doc.text}')
+            )
+    config: dict = {}
+    if parts:
+        config["contents"] = [types.Content(role="user", parts=parts)]
+    if canonical.system_instruction:
+        config["system_instruction"] = types.Content(
+            parts=[types.Part(text=canonical.system_instruction)]
+        )
+    if canonical.tools:
+        declarations = [
+            types.FunctionDeclaration(
+                name=t.name,
+                description=t.description or None,
+                parameters_json_schema=t.parameters or None,
+            )
+            for t in canonical.tools
+        ]
+        config["tools"] = [types.Tool(function_declarations=declarations)]
+    return config
+
+
+def _remote_state(remote) -> RemoteState:  # noqa: ANN001 - types.CachedContent
+    expire = remote.expire_time
+    if expire is not None and expire.tzinfo is None:
+        expire = expire.replace(tzinfo=UTC)
+    usage = remote.usage_metadata
+    return RemoteState(
+        remote_name=remote.name or "",
+        token_count=usage.total_token_count if usage else None,
+        expire_at=expire,
+    )
+
+
+class VertexProvider:
+    """Create, refresh (extend TTL) and delete Vertex cached contents."""
+
+    def __init__(self, scope: VertexScope) -> None:
+        self.scope = scope
+
+    @property
+    def client(self) -> genai.Client:
+        return vertex_client(self.scope)
+
+    def find(self, cache: CacheObject) -> RemoteState | None:
+        """The remote cache made for ``cache`` if one exists (found by display name)."""
+        wanted = display_name(cache)
+        for listing in self.list_ours():
+            if listing.display_name == wanted:
+                name = listing.remote_name
+                remote = self._call(lambda: self.client.caches.get(name=name))
+                return _remote_state(remote)
+        return None
+
+    def create(self, cache: CacheObject) -> RemoteState:
+        existing = self.find(cache)
+        if existing is not None:
+            return existing
+        config = _content_config(CacheContent.from_dict(cache.content))
+        config["display_name"] = display_name(cache)
+        config["ttl"] = f"{cache.ttl_seconds}s"
+        remote = self._call(lambda: self.client.caches.create(model=cache.model, config=config))
+        return _remote_state(remote)
+
+    def refresh(self, cache: CacheObject, *, ttl_seconds: int) -> RemoteState:
+        if not cache.remote_name:
+            raise RemoteGone("The cache has no remote resource.")
+        remote = self._call(
+            lambda: self.client.caches.update(
+                name=cache.remote_name, config={"ttl": f"{ttl_seconds}s"}
+            )
+        )
+        return _remote_state(remote)
+
+    def evict(self, cache: CacheObject) -> None:
+        if not cache.remote_name:
+            return
+        try:
+            self._call(lambda: self.client.caches.delete(name=cache.remote_name))
+        except RemoteGone:
+            return  # already gone: the goal state
+
+    def list_ours(self) -> list[RemoteListing]:
+        """Every remote cache in the scope carrying our display-name prefix."""
+        prefix = settings.CACHEPLANE_VERTEX_DISPLAY_PREFIX
+        pager = self._call(lambda: self.client.caches.list(config={"page_size": 1000}))
+        found = []
+        for remote in self._call(lambda: list(pager)):
+            if (remote.display_name or "").startswith(prefix):
+                state = _remote_state(remote)
+                found.append(RemoteListing(remote.name, remote.display_name, state.expire_at))
+        return found
+
+    @staticmethod
+    def _call(fn):  # noqa: ANN001, ANN205
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - translated below
+            translated = _translate(exc)
+            if translated is exc:
+                raise
+            raise translated from exc

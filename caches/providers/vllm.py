@@ -1,0 +1,107 @@
+"""Prefix caches pinned on vLLM workers, over vLLM's HTTP protocol (httpx).
+
+A vLLM "cache" is the tenant's rendered prefix held in the workers' paged KV cache under
+the tenant's ``cache_salt``:
+- create = warm: one ``/v1/completions`` request carrying the prefix, ``max_tokens=1``
+  and the salt, on each of the ``replication_factor`` workers the router prefers;
+- refresh = probe the same prompt: ``usage.prompt_tokens_details.cached_tokens`` confirms
+  residency, and a miss re-warms it as a side effect (the probe recomputes the prefix);
+- evict = stop pinning. vLLM has no per-prefix eviction and ``/reset_prefix_cache`` drops
+  every tenant's blocks, so unpinned blocks age out by LRU; rotating the tenant's salt
+  makes all of its blocks unreachable at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import httpx
+from django.conf import settings
+
+from caches.content import CacheContent
+from caches.providers.base import PermanentProviderError, RemoteState, TransientProviderError
+from tenants.salt import tenant_cache_salt
+from workers.routing import placement_for
+from workers.selectors import worker_list_serving
+
+if TYPE_CHECKING:
+    from caches.models import CacheObject
+    from workers.models import Worker
+
+
+def placement_key(cache: CacheObject) -> str:
+    """Routing key shared with the gateway: tenant and content digest."""
+    return f"{cache.tenant_id}:{cache.content_digest}"
+
+
+class VllmProvider:
+    """Warm, probe and unpin a cache's prefix on the worker pool serving its model."""
+
+    def __init__(self, client: httpx.Client | None = None) -> None:
+        self.client = client or httpx.Client(timeout=settings.CACHEPLANE_PROVIDER_TIMEOUT_SECONDS)
+
+    def _headers(self, request_id: str) -> dict[str, str]:
+        headers = {"X-Request-Id": request_id}
+        if settings.CACHEPLANE_VLLM_API_KEY:
+            headers["Authorization"] = f"Bearer {settings.CACHEPLANE_VLLM_API_KEY}"
+        return headers
+
+    def _warm(self, worker: Worker, cache: CacheObject, request_id: str) -> dict:
+        body = {
+            "model": cache.model,
+            "prompt": CacheContent.from_dict(cache.content).render_prefix(),
+            "max_tokens": 1,
+            "temperature": 0,
+            "cache_salt": tenant_cache_salt(cache.tenant),
+        }
+        try:
+            response = self.client.post(
+                f"{worker.base_url.rstrip('/')}/v1/completions",
+                json=body,
+                headers=self._headers(request_id),
+            )
+        except httpx.TransportError as exc:
+            raise TransientProviderError(f"worker {worker.name} unreachable: {exc}") from exc
+        if response.status_code in (429, 500, 502, 503, 504):
+            raise TransientProviderError(
+                f"worker {worker.name} answered {response.status_code}: {response.text[:200]}"
+            )
+        if response.status_code != 200:
+            raise PermanentProviderError(
+                f"worker {worker.name} rejected the prefix ({response.status_code}): "
+                f"{response.text[:300]}",
+                code="provider_rejected",
+            )
+        return response.json().get("usage") or {}
+
+    def _workers(self, cache: CacheObject) -> list[Worker]:
+        workers = list(worker_list_serving(model=cache.model))
+        if not workers:
+            raise TransientProviderError(f"no healthy worker serves {cache.model!r}")
+        return placement_for(placement_key(cache), workers, cache.replication_factor)
+
+    def create(self, cache: CacheObject) -> RemoteState:
+        chosen = self._workers(cache)
+        tokens = None
+        for worker in chosen:
+            usage = self._warm(worker, cache, request_id=f"cp-warm-{cache.pk}-{worker.name}")
+            tokens = usage.get("prompt_tokens", tokens)
+        return RemoteState(placement=[w.name for w in chosen], token_count=tokens)
+
+    def refresh(self, cache: CacheObject, *, ttl_seconds: int) -> RemoteState:
+        """Probe (and re-warm on a miss) on the current placement, replacing dead workers."""
+        chosen = self._workers(cache)
+        cached_min: int | None = None
+        tokens = cache.token_count
+        for worker in chosen:
+            usage = self._warm(worker, cache, request_id=f"cp-probe-{cache.pk}-{worker.name}")
+            details = usage.get("prompt_tokens_details") or {}
+            cached = details.get("cached_tokens") or 0
+            cached_min = cached if cached_min is None else min(cached_min, cached)
+            tokens = usage.get("prompt_tokens", tokens)
+        return RemoteState(
+            placement=[w.name for w in chosen], token_count=tokens, cached_tokens=cached_min
+        )
+
+    def evict(self, cache: CacheObject) -> None:
+        return None  # unpinning is the state change itself (see the module docstring)

@@ -1,0 +1,1 @@
+"""Cache lifecycle services; see the topic modules."""

@@ -1,0 +1,342 @@
+"""Requests on cache objects: create, extend TTL, change policy, evict.
+
+Each service validates everything before writing (bad input writes nothing and sends
+nothing to a provider), writes the cache and its operation row with the audit event in
+one transaction, and enqueues the operation's task after commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from croniter import croniter
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from audit.services import audit_record
+from caches import catalog
+from caches.content import CacheContent, content_lint, gcs_bucket
+from caches.errors import (
+    BelowMinimumTokens,
+    ContentTooLarge,
+    GcsUriNotAllowed,
+    IdempotencyKeyReused,
+    InvalidContent,
+    InvalidCron,
+    InvalidState,
+    InvalidTtl,
+    UnknownModel,
+)
+from caches.models import (
+    LIVE_STATES,
+    CacheObject,
+    CacheOperation,
+    CacheState,
+    OperationKind,
+    Provider,
+    TenantCacheSettings,
+    TtlPolicy,
+)
+from caches.providers.registry import vertex_scope_for_tenant
+from caches.services.transitions import cache_transition
+from tenants.actor import Actor
+from tenants.models import Tenant
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """A validated-shape request to create a cache (the API serializer builds it)."""
+
+    name: str
+    provider: str
+    model: str
+    content: dict[str, Any]
+    ttl_seconds: int | None = None
+    ttl_policy: str = TtlPolicy.FIXED
+    replication_factor: int = 1
+    prewarm_cron: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CreateOutcome:
+    operation: CacheOperation
+    created: bool  # False: an existing live cache or an idempotent replay was returned
+
+
+def _enqueue(operation: CacheOperation) -> None:
+    from caches.tasks import cache_operation_execute_task
+
+    transaction.on_commit(lambda: cache_operation_execute_task.delay(str(operation.pk)))
+
+
+def validate_ttl(ttl_seconds: int) -> int:
+    maximum = settings.CACHEPLANE_CACHE_MAX_TTL_SECONDS
+    if ttl_seconds <= 0 or ttl_seconds > maximum:
+        raise InvalidTtl(
+            f"ttl_seconds must be between 1 and {maximum} (the platform maximum).",
+            details={"maximum": maximum, "given": ttl_seconds},
+        )
+    return ttl_seconds
+
+
+def validate_cron(expression: str) -> str:
+    if expression and not croniter.is_valid(expression):
+        raise InvalidCron(
+            f"{expression!r} is not a valid cron expression (5 fields: m h dom mon dow).",
+            details={"cron": expression},
+        )
+    return expression
+
+
+def next_cron_time(expression: str, after=None):  # noqa: ANN001, ANN201
+    if not expression:
+        return None
+    return croniter(expression, after or timezone.now()).get_next(type(timezone.now()))
+
+
+def _validate_content(tenant: Tenant, spec: CacheSpec) -> CacheContent:
+    try:
+        content = CacheContent.from_dict(spec.content)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidContent(f"Malformed content: {exc}") from None
+    if not (content.system_instruction or content.tools or content.documents):
+        raise InvalidContent("The content is empty.")
+    for doc in content.documents:
+        if (doc.text is None) == (doc.uri is None):
+            raise InvalidContent(f"Document {doc.id}#{doc.chunk} needs exactly one of text, uri.")
+    size = content.inline_bytes()
+    if size > settings.CACHEPLANE_CACHE_MAX_CONTENT_BYTES:
+        raise ContentTooLarge(
+            f"Inline content is {size} bytes; the limit is "
+            f"{settings.CACHEPLANE_CACHE_MAX_CONTENT_BYTES}. Reference large documents by "
+            "gs:// URI.",
+            details={"bytes": size, "limit": settings.CACHEPLANE_CACHE_MAX_CONTENT_BYTES},
+        )
+    uris = content.gcs_uris()
+    if uris:
+        if spec.provider != Provider.VERTEX:
+            raise GcsUriNotAllowed("gs:// documents are supported on Vertex AI caches only.")
+        own = TenantCacheSettings.objects.filter(tenant=tenant).first()
+        allowed = set(own.gcs_bucket_allow_list) if own else set()
+        for uri in uris:
+            bucket = gcs_bucket(uri)
+            if bucket is None or bucket not in allowed:
+                raise GcsUriNotAllowed(
+                    f"{uri!r} is not in the tenant's bucket allow-list.",
+                    details={"uri": uri, "allowed_buckets": sorted(allowed)},
+                )
+    return content
+
+
+def _validate_model(spec: CacheSpec, content: CacheContent) -> None:
+    if spec.provider == Provider.VERTEX:
+        facts = catalog.VERTEX_MODELS.get(spec.model)
+        if facts is None:
+            raise UnknownModel(
+                f"Unknown Vertex model {spec.model!r}.",
+                details={"known": sorted(catalog.VERTEX_MODELS)},
+            )
+        estimate = catalog.vertex_token_estimate(content)
+        if estimate < facts.min_cache_tokens:
+            raise BelowMinimumTokens(
+                f"The content has about {estimate} tokens; {spec.model} caches only from "
+                f"{facts.min_cache_tokens} tokens.",
+                details={"minimum": facts.min_cache_tokens, "estimated_tokens": estimate},
+            )
+    elif spec.provider == Provider.VLLM:
+        served = catalog.vllm_models()
+        if spec.model not in served:
+            raise UnknownModel(
+                f"No registered worker serves {spec.model!r}.", details={"known": sorted(served)}
+            )
+    else:
+        raise UnknownModel(f"Unknown provider {spec.provider!r}.")
+
+
+def cache_create(
+    *, tenant: Tenant, actor: Actor, spec: CacheSpec, idempotency_key: str | None = None
+) -> CreateOutcome:
+    """Record a cache and its create operation; the task creates it remotely.
+
+    Returns the existing operation for an idempotent replay (same key, same content) or
+    the existing live cache with the same content and model (no double storage cost).
+    Raises the validation errors above; nothing is written when one is raised.
+    """
+    default_ttl = settings.CACHEPLANE_CACHE_DEFAULT_TTL_SECONDS
+    ttl = validate_ttl(default_ttl if spec.ttl_seconds is None else spec.ttl_seconds)
+    validate_cron(spec.prewarm_cron)
+    if spec.ttl_policy not in TtlPolicy.values:
+        raise InvalidTtl(f"Unknown TTL policy {spec.ttl_policy!r}.")
+    if not 1 <= spec.replication_factor <= 8:
+        raise InvalidContent("replication_factor must be between 1 and 8.")
+    content = _validate_content(tenant, spec)
+    _validate_model(spec, content)
+    digest = content.digest()
+
+    if idempotency_key:
+        replay = (
+            CacheOperation.objects.filter(tenant=tenant, idempotency_key=idempotency_key)
+            .select_related("cache")
+            .first()
+        )
+        if replay is not None:
+            if replay.cache.content_digest != digest or replay.cache.model != spec.model:
+                raise IdempotencyKeyReused("This Idempotency-Key was used for a different request.")
+            return CreateOutcome(operation=replay, created=False)
+
+    existing = _live_duplicate(tenant, spec, digest)
+    if existing is not None:
+        return CreateOutcome(operation=existing, created=False)
+
+    scope = vertex_scope_for_tenant(tenant.pk) if spec.provider == Provider.VERTEX else None
+    try:
+        with transaction.atomic():
+            cache = CacheObject.objects.create(
+                tenant=tenant,
+                name=spec.name,
+                provider=spec.provider,
+                model=spec.model,
+                content=content.to_dict(),
+                content_digest=digest,
+                ttl_policy=spec.ttl_policy,
+                ttl_seconds=ttl,
+                replication_factor=spec.replication_factor,
+                prewarm_cron=spec.prewarm_cron,
+                vertex_project=scope.project if scope else "",
+                vertex_location=scope.location if scope else "",
+                created_by=actor.principal,
+            )
+            operation = CacheOperation.objects.create(
+                tenant=tenant, cache=cache, kind=OperationKind.CREATE,
+                idempotency_key=idempotency_key or None, requested_by=actor.principal,
+            )  # fmt: skip
+            audit_record(
+                actor=actor,
+                action="caches.cache.create",
+                tenant=tenant,
+                target_type="cache",
+                target_id=str(cache.pk),
+                changes={
+                    "name": {"before": None, "after": spec.name},
+                    "provider": {"before": None, "after": spec.provider},
+                    "model": {"before": None, "after": spec.model},
+                    "content_digest": {"before": None, "after": digest},
+                    "ttl_seconds": {"before": None, "after": ttl},
+                    "ttl_policy": {"before": None, "after": spec.ttl_policy},
+                },
+                details={"operation": str(operation.pk)},
+            )
+            _enqueue(operation)
+    except IntegrityError:
+        # A concurrent request created the same content or name first.
+        existing = _live_duplicate(tenant, spec, digest)
+        if existing is not None:
+            return CreateOutcome(operation=existing, created=False)
+        raise InvalidState(f"A live cache named {spec.name!r} already exists.") from None
+    return CreateOutcome(operation=operation, created=True)
+
+
+def _live_duplicate(tenant: Tenant, spec: CacheSpec, digest: str) -> CacheOperation | None:
+    cache = CacheObject.objects.filter(
+        tenant=tenant, provider=spec.provider, model=spec.model, content_digest=digest,
+        state__in=LIVE_STATES,
+    ).first()  # fmt: skip
+    if cache is None:
+        if CacheObject.objects.filter(
+            tenant=tenant, name=spec.name, state__in=LIVE_STATES
+        ).exists():
+            raise InvalidState(f"A live cache named {spec.name!r} already exists.")
+        return None
+    return cache.operations.filter(kind=OperationKind.CREATE).order_by("created_at").first()
+
+
+def _locked(cache: CacheObject) -> CacheObject:
+    return CacheObject.objects.select_for_update().select_related("tenant").get(pk=cache.pk)
+
+
+def cache_extend_ttl(*, cache: CacheObject, actor: Actor, ttl_seconds: int) -> CacheOperation:
+    """Set expiry to now + ttl (remotely for Vertex, re-warming for vLLM)."""
+    validate_ttl(ttl_seconds)
+    with transaction.atomic():
+        cache = _locked(cache)
+        if cache.state != CacheState.ACTIVE:
+            raise InvalidState(f"Only active caches can be extended (this one is {cache.state}).")
+        operation = CacheOperation.objects.create(
+            tenant_id=cache.tenant_id, cache=cache, kind=OperationKind.REFRESH,
+            params={"ttl_seconds": ttl_seconds, "reason": "extend"},
+            requested_by=actor.principal,
+        )  # fmt: skip
+        audit_record(
+            actor=actor, action="caches.cache.extend_ttl", tenant=cache.tenant,
+            target_type="cache", target_id=str(cache.pk),
+            changes={"ttl_seconds": {"before": cache.ttl_seconds, "after": ttl_seconds}},
+            details={"operation": str(operation.pk)},
+        )  # fmt: skip
+        _enqueue(operation)
+    return operation
+
+
+def cache_set_policy(
+    *, cache: CacheObject, actor: Actor, ttl_policy: str, ttl_seconds: int | None = None,
+    prewarm_cron: str | None = None,
+) -> CacheObject:  # fmt: skip
+    """Change the TTL policy (and optionally the TTL length and pre-warm schedule)."""
+    if ttl_policy not in TtlPolicy.values:
+        raise InvalidTtl(f"Unknown TTL policy {ttl_policy!r}.")
+    if ttl_seconds is not None:
+        validate_ttl(ttl_seconds)
+    if prewarm_cron is not None:
+        validate_cron(prewarm_cron)
+    with transaction.atomic():
+        cache = _locked(cache)
+        if cache.state not in LIVE_STATES:
+            raise InvalidState(f"The cache is {cache.state}; its policy can no longer change.")
+        before = {"ttl_policy": cache.ttl_policy, "ttl_seconds": cache.ttl_seconds,
+                  "prewarm_cron": cache.prewarm_cron}  # fmt: skip
+        cache.ttl_policy = ttl_policy
+        if ttl_seconds is not None:
+            cache.ttl_seconds = ttl_seconds
+        if prewarm_cron is not None:
+            cache.prewarm_cron = prewarm_cron
+            cache.next_prewarm_at = next_cron_time(prewarm_cron)
+        cache.save(update_fields=["ttl_policy", "ttl_seconds", "prewarm_cron",
+                                  "next_prewarm_at", "updated_at"])  # fmt: skip
+        after = {"ttl_policy": cache.ttl_policy, "ttl_seconds": cache.ttl_seconds,
+                 "prewarm_cron": cache.prewarm_cron}  # fmt: skip
+        audit_record(
+            actor=actor, action="caches.cache.set_policy", tenant=cache.tenant,
+            target_type="cache", target_id=str(cache.pk),
+            changes={k: {"before": before[k], "after": after[k]} for k in before
+                     if before[k] != after[k]},
+        )  # fmt: skip
+    return cache
+
+
+def cache_evict(*, cache: CacheObject, actor: Actor) -> CacheOperation:
+    """Stop and delete the cache remotely; idempotent for a cache already being evicted."""
+    with transaction.atomic():
+        cache = _locked(cache)
+        if cache.state == CacheState.EVICTING:
+            return cache.operations.filter(kind=OperationKind.EVICT).latest("created_at")
+        if cache.state not in LIVE_STATES:
+            raise InvalidState(f"The cache is already {cache.state}.")
+        operation = CacheOperation.objects.create(
+            tenant_id=cache.tenant_id, cache=cache, kind=OperationKind.EVICT,
+            requested_by=actor.principal,
+        )  # fmt: skip
+        cache_transition(cache=cache, to_state=CacheState.EVICTING, actor=actor,
+                         reason="evict requested")  # fmt: skip
+        _enqueue(operation)
+    return operation
+
+
+def cache_lint(*, content: dict[str, Any]) -> list[dict[str, str]]:
+    """Volatile values in a would-be cached prefix (no writes)."""
+    try:
+        parsed = CacheContent.from_dict(content)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidContent(f"Malformed content: {exc}") from None
+    return [f.__dict__ for f in content_lint(parsed)]

@@ -1,0 +1,171 @@
+"""Reconciliation: make our records agree with what providers really hold.
+
+Per Vertex scope (project, location):
+- a recorded live cache whose remote is gone becomes ``expired``;
+- a remote cache with our display-name prefix that no live record claims is an orphan:
+  adopted when a record is still creating it (its worker died after the remote call),
+  otherwise reported, or deleted when ``CACHEPLANE_RECONCILE_ORPHANS=delete``;
+- drift (each kind of disagreement) is counted in a ``ReconcileRun`` row and logged.
+Operations whose lease lapsed (their worker died) are re-enqueued.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from caches.models import (
+    CacheObject,
+    CacheOperation,
+    CacheState,
+    OperationKind,
+    OperationStatus,
+    Provider,
+    ReconcileRun,
+)
+from caches.providers.vertex import VertexProvider, VertexScope
+from caches.services.execution import _apply_success, _finish
+from caches.services.lifecycle import _enqueue
+from caches.services.transitions import cache_transition
+from tenants.actor import Actor
+
+logger = logging.getLogger(__name__)
+RECONCILER = Actor.system("reconciler")
+
+
+def vertex_scopes_all_tenants() -> list[tuple[str, str]]:
+    """Every (project, location) holding a live Vertex cache, plus the default scope.
+
+    Cross-tenant on purpose: reconciliation compares whole provider scopes.
+    """
+    scopes = set(
+        CacheObject.objects.filter(provider=Provider.VERTEX)
+        .exclude(state__in=[CacheState.EXPIRED, CacheState.EVICTED, CacheState.FAILED])
+        .values_list("vertex_project", "vertex_location")
+        .distinct()
+    )
+    if settings.CACHEPLANE_VERTEX_PROJECT:
+        scopes.add((settings.CACHEPLANE_VERTEX_PROJECT, settings.CACHEPLANE_VERTEX_LOCATION))
+    return sorted(s for s in scopes if s[0])
+
+
+def _scope_credentials(project: str) -> str:
+    from caches.models import TenantCacheSettings
+
+    own = TenantCacheSettings.objects.filter(vertex_project=project).first()
+    return own.vertex_credentials_file if own else ""
+
+
+def _cache_id_from(display_name: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(display_name[len(settings.CACHEPLANE_VERTEX_DISPLAY_PREFIX) :])
+    except ValueError:
+        return None
+
+
+def reconcile_vertex_scope(*, project: str, location: str) -> ReconcileRun:
+    """Reconcile one Vertex scope; returns the run with its drift counts."""
+    provider = VertexProvider(VertexScope(project, location, _scope_credentials(project)))
+    run = ReconcileRun.objects.create(scope=f"vertex:{project}/{location}")
+    remote = {listing.display_name: listing for listing in provider.list_ours()}
+    records = CacheObject.objects.filter(
+        provider=Provider.VERTEX, vertex_project=project, vertex_location=location
+    ).filter(Q(state__in=[CacheState.ACTIVE, CacheState.REFRESHING, CacheState.CREATING,
+                          CacheState.PENDING]))  # fmt: skip
+    claimed: set[str] = set()
+    for cache in records.iterator():
+        run.checked += 1
+        name = f"{settings.CACHEPLANE_VERTEX_DISPLAY_PREFIX}{cache.pk}"
+        listing = remote.get(name)
+        if listing is not None:
+            claimed.add(name)
+            if cache.state == CacheState.CREATING:
+                run.adopted += _adopt(cache, provider)
+            continue
+        if cache.state in (CacheState.ACTIVE, CacheState.REFRESHING):
+            run.expired += _expire(cache, "remote cache is gone")
+    for name, listing in remote.items():
+        if name in claimed:
+            continue
+        cache_id = _cache_id_from(name)
+        record = CacheObject.objects.filter(pk=cache_id).first() if cache_id else None
+        if record is not None and record.state in (CacheState.CREATING, CacheState.PENDING):
+            run.adopted += _adopt(record, provider)
+            continue
+        run.errors.append({"orphan": listing.remote_name, "display_name": name})
+        if settings.CACHEPLANE_RECONCILE_ORPHANS == "delete":
+            from google.genai import errors  # noqa: F401 - the provider maps its errors
+
+            provider._call(lambda n=listing.remote_name: provider.client.caches.delete(name=n))
+            run.deleted_orphans += 1
+    run.finished_at = timezone.now()
+    run.save()
+    if run.expired or run.adopted or run.errors:
+        logger.warning(
+            "vertex drift",
+            extra={"scope": run.scope, "expired": run.expired, "adopted": run.adopted,
+                   "orphans": len(run.errors)},
+        )  # fmt: skip
+    return run
+
+
+def _expire(cache: CacheObject, reason: str) -> int:
+    with transaction.atomic():
+        locked = CacheObject.objects.select_for_update().select_related("tenant").get(pk=cache.pk)
+        if locked.state not in (CacheState.ACTIVE, CacheState.REFRESHING):
+            return 0
+        cache_transition(cache=locked, to_state=CacheState.EXPIRED, actor=RECONCILER,
+                         reason=reason)  # fmt: skip
+        for op in locked.operations.filter(status__in=[OperationStatus.PENDING,
+                                                       OperationStatus.RUNNING]):  # fmt: skip
+            _finish(op, OperationStatus.FAILED, "remote_gone", reason)
+    return 1
+
+
+def _adopt(cache: CacheObject, provider: VertexProvider) -> int:
+    """A create whose worker died after the remote call: take the remote cache as ours."""
+    found = provider.find(cache)
+    if found is None:
+        return 0
+    with transaction.atomic():
+        op = (
+            CacheOperation.objects.select_for_update()
+            .filter(
+                cache=cache,
+                kind=OperationKind.CREATE,
+                status__in=[OperationStatus.PENDING, OperationStatus.RUNNING],
+            )  # fmt: skip
+            .first()
+        )
+        if op is None:
+            return 0
+        locked = CacheObject.objects.select_for_update().get(pk=cache.pk)
+        if locked.state == CacheState.PENDING:
+            cache_transition(cache=locked, to_state=CacheState.CREATING, actor=RECONCILER,
+                             reason="adopting the remote cache")  # fmt: skip
+        op.status = OperationStatus.RUNNING
+        op.save(update_fields=["status"])
+        _apply_success(op, found)
+    return 1
+
+
+def operations_requeue_stuck(*, now=None) -> int:  # noqa: ANN001
+    """Re-enqueue open operations whose lease lapsed or that never started."""
+    now = now or timezone.now()
+    stale_pending = now - timedelta(seconds=settings.CACHEPLANE_OPERATION_LEASE_SECONDS)
+    stuck = CacheOperation.objects.filter(
+        Q(status=OperationStatus.RUNNING, lease_until__lt=now)
+        | Q(status=OperationStatus.PENDING, lease_until__isnull=True, created_at__lt=stale_pending)
+    ).order_by("created_at")[: settings.CACHEPLANE_SWEEP_BATCH]
+    count = 0
+    for op in stuck:
+        with transaction.atomic():
+            _enqueue(op)
+        count += 1
+    return count

@@ -1,0 +1,101 @@
+"""Time-driven work: expiring due caches and scheduling refreshes and pre-warms.
+
+Each function reads only due rows through a partial index (``expire_at`` /
+``next_refresh_at`` / ``next_prewarm_at`` of live caches), locks a bounded batch with
+``SKIP LOCKED`` (so two beat runs never fight over rows), and returns how many it
+handled; the tasks re-enqueue themselves while full batches keep coming.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from caches.models import CacheObject, CacheOperation, CacheState, OperationKind, OperationStatus
+from caches.services.lifecycle import _enqueue, next_cron_time
+from caches.services.transitions import cache_transition
+from tenants.actor import Actor
+from tenants.models import TenantState
+
+SCHEDULER = Actor.system("cache-scheduler")
+
+
+def cache_expire_due(*, now: datetime | None = None, limit: int | None = None) -> int:
+    """Mark live caches past their expiry as expired; returns how many."""
+    now = now or timezone.now()
+    limit = limit or settings.CACHEPLANE_SWEEP_BATCH
+    with transaction.atomic():
+        due = list(
+            CacheObject.objects.select_for_update(skip_locked=True)
+            .select_related("tenant")
+            .filter(state__in=[CacheState.ACTIVE, CacheState.REFRESHING], expire_at__lte=now)
+            .order_by("expire_at")[:limit]
+        )
+        for cache in due:
+            # Vertex garbage-collects expired caches itself; vLLM blocks simply stop being
+            # pinned. Either way the record is now the truth: expired.
+            cache_transition(cache=cache, to_state=CacheState.EXPIRED, actor=SCHEDULER,
+                             reason="TTL elapsed")  # fmt: skip
+    return len(due)
+
+
+def _wants_extension(cache: CacheObject, now: datetime) -> bool:
+    """Sliding: used within the last TTL. Economic: the policy says it pays for itself."""
+    from caches.models import TtlPolicy
+
+    if cache.ttl_policy == TtlPolicy.SLIDING:
+        return cache.last_hit_at is not None and (
+            (now - cache.last_hit_at).total_seconds() < cache.ttl_seconds
+        )
+    if cache.ttl_policy == TtlPolicy.ECONOMIC:
+        from caches.services.economics import cache_economic_extension
+
+        return cache_economic_extension(cache=cache, now=now)
+    return cache.provider == "vllm"  # fixed vLLM caches stay pinned until expiry
+
+
+def cache_enqueue_due_refreshes(*, now: datetime | None = None, limit: int | None = None) -> int:
+    """Create refresh operations for caches whose review or pre-warm time has come."""
+    now = now or timezone.now()
+    limit = limit or settings.CACHEPLANE_SWEEP_BATCH
+    handled = 0
+    with transaction.atomic():
+        due = list(
+            CacheObject.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("tenant")
+            .filter(state=CacheState.ACTIVE)
+            .filter(Q(next_refresh_at__lte=now) | Q(next_prewarm_at__lte=now))
+            .order_by("next_refresh_at")[:limit]
+        )
+        for cache in due:
+            handled += 1
+            prewarm = cache.next_prewarm_at is not None and cache.next_prewarm_at <= now
+            if cache.tenant.state != TenantState.ACTIVE:
+                # Suspended tenants' caches stop refreshing; they expire on schedule.
+                cache.next_refresh_at, cache.next_prewarm_at = None, None
+                cache.save(update_fields=["next_refresh_at", "next_prewarm_at", "updated_at"])
+                continue
+            extend = _wants_extension(cache, now)
+            if prewarm:
+                cache.next_prewarm_at = next_cron_time(cache.prewarm_cron, now)
+            cache.next_refresh_at = None  # set again when the refresh succeeds
+            cache.save(update_fields=["next_refresh_at", "next_prewarm_at", "updated_at"])
+            if not (extend or prewarm):
+                continue  # left to expire at expire_at
+            reason = "pre-warm" if prewarm else "scheduled refresh"
+            operation = CacheOperation.objects.create(
+                tenant_id=cache.tenant_id, cache=cache, kind=OperationKind.REFRESH,
+                params={"ttl_seconds": cache.ttl_seconds, "reason": reason},
+            )  # fmt: skip
+            _enqueue(operation)
+    return handled
+
+
+def open_operation_exists(cache: CacheObject) -> bool:
+    return cache.operations.filter(
+        status__in=[OperationStatus.PENDING, OperationStatus.RUNNING]
+    ).exists()

@@ -1,0 +1,54 @@
+"""The one place a cache changes state: checked against the state machine, timestamped,
+recorded for the timeline, audited and announced after commit."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from audit.services import audit_record
+from caches.models import TERMINAL_STATES, TRANSITIONS, CacheObject, CacheTransition
+from frontend.events import publish_on_commit, tenant_group
+from tenants.actor import Actor
+
+
+class IllegalTransition(RuntimeError):
+    """A bug: code tried a transition the state machine forbids."""
+
+
+def cache_transition(
+    *, cache: CacheObject, to_state: str, actor: Actor, reason: str = "",
+    extra_fields: tuple[str, ...] = (),
+) -> CacheObject:  # fmt: skip
+    """Move ``cache`` (locked by the caller) to ``to_state`` and save the given fields."""
+    from_state = cache.state
+    if to_state not in TRANSITIONS[from_state]:
+        raise IllegalTransition(f"{from_state} → {to_state} is not allowed")
+    now = timezone.now()
+    cache.state = to_state
+    cache.state_changed_at = now
+    fields = {"state", "state_changed_at", "updated_at", *extra_fields}
+    if to_state in TERMINAL_STATES:
+        cache.ended_at = now
+        fields.add("ended_at")
+    cache.save(update_fields=sorted(fields))
+    if from_state != to_state:
+        CacheTransition.objects.create(
+            tenant_id=cache.tenant_id, cache=cache, from_state=from_state, to_state=to_state,
+            reason=reason[:300],
+        )  # fmt: skip
+    audit_record(
+        actor=actor,
+        action=f"caches.cache.{to_state}" if from_state != to_state else "caches.cache.update",
+        tenant=cache.tenant,
+        target_type="cache",
+        target_id=str(cache.pk),
+        changes={"state": {"before": from_state, "after": to_state}},
+        details={"reason": reason} if reason else None,
+    )
+    publish_on_commit(
+        tenant_group(cache.tenant_id, "caches"),
+        "caches.cache.state",
+        {"id": str(cache.pk), "name": cache.name, "state": to_state, "from": from_state,
+         "expire_at": cache.expire_at.isoformat() if cache.expire_at else None},
+    )  # fmt: skip
+    return cache

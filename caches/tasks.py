@@ -1,0 +1,66 @@
+"""Celery tasks: thin, idempotent workers on operation rows."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from caches.providers.base import TransientProviderError
+from controlplane.celery import TRANSIENT_RETRY_POLICY
+
+
+@shared_task(
+    name="caches.tasks.cache_operation_execute_task",
+    autoretry_for=(TransientProviderError,),
+    **TRANSIENT_RETRY_POLICY,
+)
+def cache_operation_execute_task(operation_id: str) -> None:
+    """Run one attempt of a cache operation (no-op if it is finished or held elsewhere)."""
+    from caches.services.execution import operation_execute
+
+    operation_execute(operation_id=operation_id)
+
+
+@shared_task(name="caches.tasks.cache_sweep_expired_task")
+def cache_sweep_expired_task() -> None:
+    """Expire due caches, one bounded batch per run (re-enqueues itself while work remains)."""
+    from caches.services.scheduling import cache_expire_due
+
+    if cache_expire_due() >= _batch():
+        cache_sweep_expired_task.delay()
+
+
+@shared_task(name="caches.tasks.cache_schedule_refreshes_task")
+def cache_schedule_refreshes_task() -> None:
+    """Enqueue refreshes (sliding/economic extensions, vLLM pins) and pre-warms that are due."""
+    from caches.services.scheduling import cache_enqueue_due_refreshes
+
+    if cache_enqueue_due_refreshes() >= _batch():
+        cache_schedule_refreshes_task.delay()
+
+
+@shared_task(name="caches.tasks.cache_reconcile_task")
+def cache_reconcile_task() -> None:
+    """Fan out reconciliation: one task per Vertex scope, plus stuck operations."""
+    from caches.services.reconcile import operations_requeue_stuck, vertex_scopes_all_tenants
+
+    operations_requeue_stuck()
+    for project, location in vertex_scopes_all_tenants():
+        cache_reconcile_vertex_scope_task.delay(project, location)
+
+
+@shared_task(
+    name="caches.tasks.cache_reconcile_vertex_scope_task",
+    autoretry_for=(TransientProviderError,),
+    **TRANSIENT_RETRY_POLICY,
+)
+def cache_reconcile_vertex_scope_task(project: str, location: str) -> None:
+    """Compare one Vertex project/location with our records."""
+    from caches.services.reconcile import reconcile_vertex_scope
+
+    reconcile_vertex_scope(project=project, location=location)
+
+
+def _batch() -> int:
+    from django.conf import settings
+
+    return settings.CACHEPLANE_SWEEP_BATCH
