@@ -193,7 +193,7 @@ class VertexProvider:
         for listing in self.list_ours():
             if listing.display_name == wanted:
                 name = listing.remote_name
-                remote = self._call(lambda: self.client.caches.get(name=name))
+                remote = self._call(lambda n=name: self.client.caches.get(name=n))
                 return _remote_state(remote)
         return None
 
