@@ -19,6 +19,7 @@ from controlplane.env import (
     env_str,
     parse_database_url,
     parse_redis_url,
+    parse_with,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -236,11 +237,33 @@ LOGGING = {
     "loggers": {
         "django.server": {"level": "WARNING"},
         "uvicorn.access": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
     },
 }
 
 # --- Cacheplane -----------------------------------------------------------------------
 CACHEPLANE_DATA_DIR = Path(env_str("CACHEPLANE_DATA_DIR", str(BASE_DIR / ".cacheplane")) or "")
+
+# --- Audit export and signing (see README "Audit export and verification") -------------
+CACHEPLANE_EXPORT_DIR = Path(
+    env_str("CACHEPLANE_EXPORT_DIR", str(CACHEPLANE_DATA_DIR / "exports")) or ""
+)
+# Ed25519 private key (PEM, or base64 of the 32 raw bytes) and its key id, set together.
+# Unset in development: one is generated under CACHEPLANE_DATA_DIR (0600). Production
+# must set both (exports and digests fail with `signing_key_missing` otherwise).
+CACHEPLANE_AUDIT_SIGNING_KEY = env_str("CACHEPLANE_AUDIT_SIGNING_KEY", "") or ""
+CACHEPLANE_AUDIT_SIGNING_KEY_ID = env_str("CACHEPLANE_AUDIT_SIGNING_KEY_ID", "") or ""
+if bool(CACHEPLANE_AUDIT_SIGNING_KEY) != bool(CACHEPLANE_AUDIT_SIGNING_KEY_ID):
+    raise ConfigError(
+        "CACHEPLANE_AUDIT_SIGNING_KEY_ID",
+        "CACHEPLANE_AUDIT_SIGNING_KEY and CACHEPLANE_AUDIT_SIGNING_KEY_ID are set together",
+    )
+if CACHEPLANE_AUDIT_SIGNING_KEY:
+    from audit.signing import private_key_load
+
+    parse_with("CACHEPLANE_AUDIT_SIGNING_KEY", CACHEPLANE_AUDIT_SIGNING_KEY, private_key_load)
+    if len(CACHEPLANE_AUDIT_SIGNING_KEY_ID) > 64:
+        raise ConfigError("CACHEPLANE_AUDIT_SIGNING_KEY_ID", "must be at most 64 characters")
 
 # --- Caches and providers (see README "Cache objects") -----------------------------------
 CACHEPLANE_CACHE_MAX_TTL_SECONDS = env_int(

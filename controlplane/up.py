@@ -152,9 +152,10 @@ def _run(
     call_command("migrate", interactive=False, verbosity=0)
     call_command("bootstrap", *([] if not args.no_demo else ["--no-demo"]))
 
-    env = dict(os.environ)
     python = sys.executable
     logs = data_dir / "logs"
+    children.extend(_demo_providers(python, logs, data_dir))  # sets their URLs in os.environ
+    env = dict(os.environ)
     children.extend(
         [
             Child(
@@ -178,7 +179,6 @@ def _run(
             ),
         ]
     )  # fmt: skip
-    children.extend(_demo_providers(python, logs))
 
     stop_requested = False
 
@@ -197,6 +197,7 @@ def _run(
         for child in dead or children[:1]:
             print(f"cacheplane: {child.name} failed to start:\n{child.tail()}", file=sys.stderr)
         return 1
+    _register_demo_worker()
     _print_banner(url, exported, logs)
     if args.check:
         return 0
@@ -214,22 +215,56 @@ def _run(
     return 0
 
 
-def _demo_providers(python: str, logs: Path) -> list[Child]:
-    """Local stand-ins for providers, started only when no real ones are configured."""
+def _demo_providers(python: str, logs: Path, data_dir: Path) -> list[Child]:
+    """Local stand-ins for providers, started only when no real ones are configured:
+    a Vertex AI emulator when no GCP project is set, and one reference worker."""
     extra: list[Child] = []
-    worker_module = Path(__file__).resolve().parent.parent / "workers" / "engine" / "cli.py"
-    if worker_module.exists() and not os.environ.get("CACHEPLANE_NO_DEMO_WORKER"):
+    if not os.environ.get("CACHEPLANE_VERTEX_PROJECT") and not os.environ.get(
+        "CACHEPLANE_VERTEX_BASE_URL"
+    ):
+        port = free_port()
+        os.environ.update({
+            "CACHEPLANE_VERTEX_BASE_URL": f"http://127.0.0.1:{port}",
+            "CACHEPLANE_VERTEX_STATIC_TOKEN": "demo-token",
+            "CACHEPLANE_VERTEX_PROJECT": "cacheplane-demo",
+            "CACHEPLANE_VERTEX_LOCATION": "us-central1",
+        })  # fmt: skip
+        extra.append(
+            Child(
+                "vertex-emulator",
+                [python, "-m", "caches.providers.vertex_emulator", "--port", str(port),
+                 "--state-file", str(data_dir / "vertex-emulator.json"), "--log-level",
+                 "warning"],
+                logs / "vertex-emulator.log",
+            )
+        )  # fmt: skip
+    if not os.environ.get("CACHEPLANE_NO_DEMO_WORKER"):
         port = free_port()
         os.environ["CACHEPLANE_DEMO_WORKER_URL"] = f"http://127.0.0.1:{port}"
         extra.append(
             Child(
                 "reference-worker",
                 [python, "-m", "workers.engine.cli", "--port", str(port),
-                 "--served-model-name", "cacheplane/ref-tiny", "--enable-prompt-tokens-details"],
+                 "--served-model-name", DEMO_WORKER_MODEL, "--enable-prompt-tokens-details",
+                 "--uvicorn-log-level", "warning"],
                 logs / "reference-worker.log",
             )
         )  # fmt: skip
     return extra
+
+
+DEMO_WORKER_MODEL = "cacheplane/ref-tiny"
+
+
+def _register_demo_worker() -> None:
+    url = os.environ.get("CACHEPLANE_DEMO_WORKER_URL")
+    if not url:
+        return
+    from tenants.actor import Actor
+    from workers.services import worker_register
+
+    worker_register(actor=Actor.cli(), name="demo-reference-0", base_url=url,
+                    model=DEMO_WORKER_MODEL, pool="demo")  # fmt: skip
 
 
 def _print_banner(url: str, exported: dict[str, str], logs: Path) -> None:
@@ -242,11 +277,13 @@ def _print_banner(url: str, exported: dict[str, str], logs: Path) -> None:
         f"  Logs:      {logs}/",
     ]
     if "DATABASE_URL" in exported:
-        lines.append("  Database:  embedded PostgreSQL (data in .cacheplane/postgres)")
+        lines.append(f"  Database:  embedded PostgreSQL (data in {logs.parent / 'postgres'})")
     if "REDIS_URL" in exported:
         lines.append(f"  Redis:     embedded redis-server at {exported['REDIS_URL']}")
     demo_worker = os.environ.get("CACHEPLANE_DEMO_WORKER_URL")
     if demo_worker:
         lines.append(f"  Worker:    reference vLLM-compatible worker at {demo_worker}")
+    if "demo-token" == os.environ.get("CACHEPLANE_VERTEX_STATIC_TOKEN"):
+        lines.append(f"  Vertex:    emulator at {os.environ['CACHEPLANE_VERTEX_BASE_URL']}")
     lines.append("Press Ctrl-C to stop.")
     print("\n".join(lines), flush=True)
