@@ -2,8 +2,11 @@
 
 A vLLM "cache" is the tenant's rendered prefix held in the workers' paged KV cache under
 the tenant's ``cache_salt``:
-- create = warm: one ``/v1/completions`` request carrying the prefix, ``max_tokens=1``
-  and the salt, on each of the ``replication_factor`` workers the router prefers;
+- create = warm: one ``/v1/chat/completions`` request whose first (system) message is the
+  rendered prefix, with ``max_tokens=1`` and the salt, on each of the
+  ``replication_factor`` workers the router prefers. The gateway sends the same system
+  message first for requests naming the cache, so the chat template renders identical
+  leading tokens and the prefix blocks hit;
 - refresh = probe the same prompt: ``usage.prompt_tokens_details.cached_tokens`` confirms
   residency, and a miss re-warms it as a side effect (the probe recomputes the prefix);
 - evict = stop pinning. vLLM has no per-prefix eviction and ``/reset_prefix_cache`` drops
@@ -34,6 +37,11 @@ def placement_key(cache: CacheObject) -> str:
     return f"{cache.tenant_id}:{cache.content_digest}"
 
 
+def prefix_message(cache: CacheObject) -> dict[str, str]:
+    """The leading chat message that carries a vLLM cache's prefix (warm and gateway)."""
+    return {"role": "system", "content": CacheContent.from_dict(cache.content).render_prefix()}
+
+
 class VllmProvider:
     """Warm, probe and unpin a cache's prefix on the worker pool serving its model."""
 
@@ -49,14 +57,14 @@ class VllmProvider:
     def _warm(self, worker: Worker, cache: CacheObject, request_id: str) -> dict:
         body = {
             "model": cache.model,
-            "prompt": CacheContent.from_dict(cache.content).render_prefix(),
+            "messages": [prefix_message(cache)],
             "max_tokens": 1,
             "temperature": 0,
             "cache_salt": tenant_cache_salt(cache.tenant),
         }
         try:
             response = self.client.post(
-                f"{worker.base_url.rstrip('/')}/v1/completions",
+                f"{worker.base_url.rstrip('/')}/v1/chat/completions",
                 json=body,
                 headers=self._headers(request_id),
             )

@@ -55,10 +55,15 @@ def _create(tenant, admin, **overrides):
     return CacheObject.objects.get(pk=outcome.operation.cache_id)
 
 
-def _probe(worker: Worker, prompt: str, salt: str) -> int:
+def _probe(worker: Worker, prefix: str, salt: str) -> int:
+    """A chat request led by the cache's system message, as the gateway sends it."""
+    messages = [
+        {"role": "system", "content": prefix},
+        {"role": "user", "content": "Where is my refund?"},
+    ]
     response = httpx.post(
-        f"{worker.base_url}/v1/completions",
-        json={"model": MODEL, "prompt": prompt, "max_tokens": 1, "cache_salt": salt},
+        f"{worker.base_url}/v1/chat/completions",
+        json={"model": MODEL, "messages": messages, "max_tokens": 1, "cache_salt": salt},
     )
     details = response.json()["usage"]["prompt_tokens_details"]
     return (details or {}).get("cached_tokens") or 0
@@ -79,7 +84,7 @@ def test_create_warms_the_prefix_on_the_routed_worker(workers, tenant_a, admin_a
     from caches.content import CacheContent
 
     prefix = CacheContent.from_dict(cache.content).render_prefix()
-    cached = _probe(worker, prefix + "Question?", tenant_cache_salt(tenant_a))
+    cached = _probe(worker, prefix, tenant_cache_salt(tenant_a))
     assert cached >= (cache.token_count // 16 - 1) * 16  # the whole prefix, block-aligned
 
 
@@ -124,7 +129,7 @@ def test_rotating_the_salt_makes_the_tenants_blocks_unreachable_at_once(
     assert new_salt != old_salt
     cache = _refresh(cache, admin_a)  # the probe under the new salt misses, and re-warms
     assert "resident: 0 cached tokens" in cache.transitions.order_by("-at", "-id").first().reason
-    assert _probe(worker, prefix + "x", new_salt) > 0
+    assert _probe(worker, prefix, new_salt) > 0
 
 
 def test_model_without_workers_is_refused_up_front(workers, tenant_a, admin_a) -> None:
