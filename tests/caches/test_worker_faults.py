@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
-from django.utils import timezone
 
 from caches.models import CacheObject, CacheOperation, CacheState, OperationStatus
 from caches.services import lifecycle, reconcile
