@@ -64,10 +64,13 @@ def test_dev_mode_and_api_key_default_from_vllms_environment(
 def test_bad_configurations_fail_fast_with_exit_code_2(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["--kv-cache-memory", "64K"]) == 2
-    assert "KV cache" in capsys.readouterr().err or True
+    assert main(["--kv-cache-memory", "16K"]) == 2
+    assert "at least 2" in capsys.readouterr().err
+    # The default model needs 16 MiB for one 8,192-token request, as vLLM would check.
+    assert main(["--kv-cache-memory", "8M"]) == 2
+    assert "To serve at least one request" in capsys.readouterr().err
     assert main(["--max-model-len", "100000"]) == 2
-    assert "max_model_len" in capsys.readouterr().err
+    assert "max_position_embeddings" in capsys.readouterr().err
     assert main(["--num-heads", "3", "--num-kv-heads", "2"]) == 2
     assert main(["--kv-events-config", '{"enable_kv_cache_events": true, "x": 1}']) == 2
     with pytest.raises(SystemExit) as exit_info:

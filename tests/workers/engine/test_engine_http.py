@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 
 import httpx
@@ -219,3 +220,34 @@ def test_models_version_health_load_and_tokenize(worker: RunningWorker) -> None:
     bad = httpx.post(f"{base}/detokenize", json={"tokens": [1, 999]})
     _assert_error(bad, 400, "BadRequestError", "out of vocabulary")
     assert httpx.get(f"{base}/metrics/").status_code == 200
+
+
+def test_load_counts_in_flight_requests_when_tracking_is_on(
+    make_worker: Callable[..., RunningWorker],
+) -> None:
+    worker = make_worker(enable_server_load_tracking=True, enable_request_id_headers=True)
+    body = {"model": MODEL, "prompt": "busy", "max_tokens": 400, "stream": True}
+    with httpx.stream(
+        "POST", f"{worker.base_url}/v1/completions", json=body, headers={"X-Request-Id": "r1"}
+    ) as response:
+        assert response.headers["x-request-id"] == "r1"
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")
+        assert httpx.get(f"{worker.base_url}/load").json() == {"server_load": 1}
+        assert [line for line in lines if line][-1] == "data: [DONE]"
+    assert httpx.get(f"{worker.base_url}/load").json() == {"server_load": 0}
+
+
+def test_client_disconnect_mid_stream_aborts_the_request(worker: RunningWorker) -> None:
+    body = {"model": MODEL, "prompt": "long one", "max_tokens": 480, "stream": True}
+    with httpx.stream("POST", f"{worker.base_url}/v1/completions", json=body) as response:
+        assert next(response.iter_lines()).startswith("data: ")
+    registry = worker.engine.metrics.registry
+    labels = {"model_name": MODEL, "engine": "0", "finished_reason": "abort"}
+    for _ in range(200):  # the server notices on its next write to the closed socket
+        if registry.get_sample_value("vllm:request_success_total", labels) == 1.0:
+            break
+        time.sleep(0.01)
+    assert registry.get_sample_value("vllm:request_success_total", labels) == 1.0
+    snapshot = worker.engine.snapshot()
+    assert (snapshot["running"], snapshot["usage"]) == (0, 0.0)

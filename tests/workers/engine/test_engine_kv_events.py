@@ -163,6 +163,31 @@ def _replay(worker: RunningWorker, start: int) -> list[tuple[int, bytes]]:
         ctx.term()
 
 
+def test_publisher_connects_to_a_central_collector_without_a_wildcard(
+    make_worker: Callable[..., RunningWorker],
+) -> None:
+    ctx = zmq.Context()
+    collector = ctx.socket(zmq.SUB)
+    try:
+        port = collector.bind_to_random_port("tcp://127.0.0.1")
+        collector.subscribe(b"")
+        endpoint = f"tcp://127.0.0.1:{port}"
+        config = KVEventsConfig(enable_kv_cache_events=True, endpoint=endpoint, topic="t")
+        worker = make_worker(kv_events=config)
+        assert worker.kv_events_endpoint == endpoint
+        for attempt in range(100):
+            _complete(worker, "central", salt=f"c-{attempt}")
+            if collector.poll(100):
+                topic, seq, payload = collector.recv_multipart()
+                assert topic == b"t" and len(seq) == 8
+                assert decode_batch(payload)[1][-1]["type"] == "BlockStored"
+                return
+        raise AssertionError("the collector received nothing")
+    finally:
+        collector.close(linger=0)
+        ctx.term()
+
+
 def test_events_config_parses_vllm_json_and_rejects_unknown_keys() -> None:
     config = KVEventsConfig.from_json(json.dumps({"enable_kv_cache_events": True}))
     assert (config.resolved_publisher, config.endpoint, config.encoding) == (

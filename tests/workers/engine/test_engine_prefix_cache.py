@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import torch
 
 from tests.workers.engine.support import TINY_MODEL
@@ -171,3 +172,69 @@ def test_seeded_sampling_is_reproducible(make_engine: Callable[..., Engine]) -> 
     ]
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]
+
+
+def test_running_requests_share_cached_blocks_by_reference(
+    make_engine: Callable[..., Engine],
+) -> None:
+    engine, plain = make_engine(), make_engine(enable_prefix_caching=False)
+    shared = prompt(97)  # six whole blocks
+    first_prompt, second_prompt = shared + prompt(9, 1)[1:], shared + prompt(12, 2)[1:]
+    long, short = (SamplingParams(max_tokens=n, temperature=0.0) for n in (60, 10))
+
+    async def overlap() -> tuple[list[int], list[int], int, int]:
+        first = engine.stream(first_prompt, long)
+        first_tokens = (await anext(first)).new_token_ids
+        # The first request is still decoding and holds its blocks when the second hits them.
+        second_tokens, hit = [], -1
+        async for out in engine.stream(second_prompt, short):
+            second_tokens += out.new_token_ids
+            hit = out.num_cached_tokens
+        running_after_second = engine.snapshot()["running"]
+        async for out in first:
+            first_tokens += out.new_token_ids
+        return first_tokens, second_tokens, hit, running_after_second
+
+    first_tokens, second_tokens, hit, running = asyncio.run(overlap())
+    assert hit == 96 and running == 1
+    assert first_tokens == plain.generate(first_prompt, long).token_ids
+    assert second_tokens == plain.generate(second_prompt, short).token_ids
+    snapshot = engine.snapshot()
+    assert (snapshot["free_blocks"], snapshot["usage"]) == (127, 0.0)
+
+
+def test_narrow_kv_dtypes_grow_the_pool_and_keep_hits_exact(
+    make_engine: Callable[..., Engine],
+) -> None:
+    for dtype, blocks_per_block in (("bf16", 2), ("fp8", 4)):
+        cached = make_engine(cache_dtype=dtype)
+        plain = make_engine(cache_dtype=dtype, enable_prefix_caching=False)
+        assert cached.config.num_gpu_blocks == 128 * blocks_per_block
+        p = prompt(80)
+        cached.generate(p, GREEDY)
+        hit, full = cached.generate(p, GREEDY), plain.generate(p, GREEDY)
+        assert hit.num_cached_tokens == 64
+        assert hit.token_ids == full.token_ids
+        assert torch.allclose(torch.tensor(hit.logprobs), torch.tensor(full.logprobs), atol=1e-4)
+
+
+def test_chunked_prefill_matches_a_single_pass(make_engine: Callable[..., Engine]) -> None:
+    chunked = make_engine(max_num_batched_tokens=32)
+    whole = make_engine()
+    prompts = [prompt(150, variant=v) for v in range(3)]
+    expected = [whole.generate(p, GREEDY) for p in prompts]
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda p: chunked.generate(p, GREEDY), prompts))
+    for got, want in zip(results, expected, strict=True):
+        assert got.token_ids == want.token_ids
+        assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-4)
+    # Blocks were cached chunk by chunk, so a repeat hits all nine whole blocks.
+    assert chunked.generate(prompts[0], GREEDY).num_cached_tokens == 144
+
+
+def test_engine_refuses_prompts_that_cannot_fit(make_engine: Callable[..., Engine]) -> None:
+    engine = make_engine(max_model_len=64)
+    with pytest.raises(RuntimeError, match="max_model_len"):
+        engine.generate(prompt(64), GREEDY)
+    with pytest.raises(RuntimeError, match="max_model_len"):
+        engine.generate([], GREEDY)
