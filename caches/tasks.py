@@ -64,3 +64,11 @@ def _batch() -> int:
     from django.conf import settings
 
     return settings.CACHEPLANE_SWEEP_BATCH
+
+
+@shared_task(name="caches.tasks.cache_hits_flush_task")
+def cache_hits_flush_task() -> None:
+    """Fold the gateway's cache-hit counters into the cache rows."""
+    from caches.services.hits import cache_hits_flush
+
+    cache_hits_flush()

@@ -16,10 +16,23 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from frontend.routing import websocket_urlpatterns  # noqa: E402
+from gateway.app import app as gateway_app  # noqa: E402
+
+GATEWAY_PREFIX = "/v1/"
+
+
+async def http_router(scope, receive, send) -> None:  # noqa: ANN001
+    """The OpenAI-compatible data plane (``/v1/...``) bypasses Django's middleware stack;
+    everything else is the Django control plane."""
+    if scope["path"].startswith(GATEWAY_PREFIX):
+        await gateway_app(scope, receive, send)
+    else:
+        await django_asgi_app(scope, receive, send)
+
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": http_router,
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

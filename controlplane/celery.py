@@ -18,6 +18,7 @@ import os
 from datetime import timedelta
 
 from celery import Celery
+from celery.schedules import crontab
 from celery.signals import before_task_publish, task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
@@ -34,6 +35,13 @@ BEAT_SCHEDULE: dict[str, dict] = {
         "task": "controlplane.tasks.worker_heartbeat_task",
         "schedule": timedelta(seconds=30),
     },
+    # Signed audit digests (CloudTrail-style): hourly bounds how much recent history a
+    # database rewrite could hide; at five past so each digest falls clearly inside its
+    # hour. The task only fans out, one task per batch of chains that moved.
+    "audit-digest-hourly": {
+        "task": "audit.tasks.audit_digest_schedule_task",
+        "schedule": crontab(minute=5),
+    },
     # TTL sweeper: 15 s bounds how long an expired cache still reads as active; each run
     # touches only due rows through a partial index and re-enqueues itself if a batch fills.
     "caches-sweep-expired": {
@@ -48,6 +56,12 @@ BEAT_SCHEDULE: dict[str, dict] = {
     },
     # Reconciliation lists whole provider scopes (API calls, quota): every 5 minutes finds
     # drift and dead-worker operations well before typical TTLs run out.
+    # Cache hit counters from the gateway: 10 s keeps sliding TTLs and the query-rate EWMA
+    # current while costing one batched UPDATE per active cache per period.
+    "caches-hits-flush": {
+        "task": "caches.tasks.cache_hits_flush_task",
+        "schedule": timedelta(seconds=10),
+    },
     "caches-reconcile": {
         "task": "caches.tasks.cache_reconcile_task",
         "schedule": timedelta(minutes=5),

@@ -6,6 +6,8 @@
 - ``cacheplane worker ...``: the embedded reference worker (vLLM-compatible).
 - ``cacheplane manage ...`` or ``cacheplane <django command> ...``: any management
   command, e.g. ``cacheplane audit verify-chain``.
+- ``cacheplane audit verify PATH --public-key FILE``: check an audit export offline
+  (runs without Django, a database or embedded services).
 
 Configuration problems end the command with one line naming the variable.
 """
@@ -80,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
             from workers.engine_launch import worker_main
 
             return worker_main(rest)
+        if command == "audit" and rest[:1] == ["verify"]:
+            # Offline verification needs no database, no services and no Django.
+            from audit.verify import main as audit_verify_main
+
+            return audit_verify_main(rest[1:])
         if command == "manage":
             return _with_embedded_services(["cacheplane", *rest])
         return _with_embedded_services(["cacheplane", command, *rest])

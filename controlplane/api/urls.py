@@ -14,5 +14,7 @@ urlpatterns = [
         name="openapi-schema",
     ),
     path("", include("tenants.api.urls")),
+    path("", include("audit.api.urls")),
     path("", include("caches.api.urls")),
+    path("", include("billing.api.urls")),
 ]

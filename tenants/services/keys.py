@@ -124,6 +124,18 @@ class _KeyCache:
 key_cache = _KeyCache()
 
 
+def api_key_cached(token: str) -> AuthenticatedKey | None:
+    """The cached authentication of a well-formed token, without touching the database.
+
+    The gateway calls this on its event loop and falls back to ``api_key_authenticate``
+    in a thread only on a miss (at most once per key per KEY_CACHE_SECONDS).
+    """
+    if not key_is_well_formed(token):
+        return None
+    cached = key_cache.get(key_digest(token))
+    return cached if cached is not None and _still_valid(cached) else None
+
+
 def api_key_authenticate(token: str) -> AuthenticatedKey:
     """Resolve a bearer token or raise ApiKeyRejected with a stable code.
 

@@ -1,0 +1,55 @@
+"""Folding gateway cache hits into cache rows, in batches.
+
+The gateway increments a Redis hash per request (no SQL on the hot path); this service,
+run by a beat task, swaps the hash out atomically (RENAME) and applies the counts:
+hit totals, last hit time, and the query-rate EWMA the economic TTL policy reads.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+
+from django.db import transaction
+from django.utils import timezone
+
+from billing.ttl_policy import ewma_update
+from caches.models import CacheObject
+from controlplane.ops import redis_client
+
+CACHE_HITS_KEY = "cacheplane:cache-hits"
+
+
+def cache_hits_flush() -> int:
+    """Apply pending hit counts; returns how many caches were updated."""
+    client = redis_client()
+    batch_key = f"{CACHE_HITS_KEY}:flush:{uuid.uuid4().hex}"
+    try:
+        client.rename(CACHE_HITS_KEY, batch_key)
+    except Exception as exc:  # noqa: BLE001 - "no such key": nothing to flush
+        if "no such key" in str(exc).lower():
+            return 0
+        raise
+    raw = client.hgetall(batch_key)
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: {"count": 0, "tokens": 0})
+    for field, value in raw.items():
+        cache_id, _, kind = field.decode().rpartition(":")
+        counts[cache_id][kind] += int(value)
+    now = timezone.now()
+    updated = 0
+    with transaction.atomic():
+        caches = CacheObject.objects.select_for_update().filter(pk__in=list(counts))
+        for cache in caches:
+            hits = counts[str(cache.pk)]
+            cache.query_rate_ewma = ewma_update(
+                rate_per_hour=cache.query_rate_ewma, last_at=cache.last_hit_at, now=now,
+                hits=hits["count"],
+            )  # fmt: skip
+            cache.hit_count += hits["count"]
+            cache.hit_tokens += hits["tokens"]
+            cache.last_hit_at = now
+            cache.save(update_fields=["hit_count", "hit_tokens", "last_hit_at", "query_rate_ewma",
+                                      "updated_at"])  # fmt: skip
+            updated += 1
+    client.delete(batch_key)
+    return updated

@@ -1,0 +1,133 @@
+"""What the gateway knows about workers and caches, refreshed off the request path.
+
+A snapshot of the worker registry (and of each worker's last scraped KV usage) is
+reloaded at most every ``REFRESH_SECONDS``, by one request at a time; cache objects named
+by requests are cached per (tenant, name-or-id) for the same bound. In-flight counts per
+worker are kept here for bounded-load routing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+
+from asgiref.sync import sync_to_async
+
+REFRESH_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    name: str
+    base_url: str
+    model: str
+    pool: str
+    block_size: int
+    kv_usage: float
+
+
+@dataclass(frozen=True)
+class CacheView:
+    """A live cache as the gateway uses it (never another tenant's)."""
+
+    id: str
+    name: str
+    provider: str
+    model: str
+    state: str
+    remote_name: str
+    prefix_message: dict | None
+    placement: tuple[str, ...]
+    replication_factor: int
+    routing_key: str
+
+
+@dataclass
+class Directory:
+    workers: list[WorkerView] = field(default_factory=list)
+    loaded_at: float = 0.0
+    inflight: dict[str, int] = field(default_factory=dict)
+    _refreshing: asyncio.Lock | None = None
+    _caches: dict[tuple[str, str], tuple[float, CacheView | None]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def current_workers(self) -> list[WorkerView]:
+        if time.monotonic() - self.loaded_at < REFRESH_SECONDS:
+            return self.workers
+        if self._refreshing is None:
+            self._refreshing = asyncio.Lock()
+        if self._refreshing.locked():
+            return self.workers  # someone else is reloading; use the last snapshot
+        async with self._refreshing:
+            self.workers = await sync_to_async(_load_workers, thread_sensitive=False)()
+            self.loaded_at = time.monotonic()
+        return self.workers
+
+    def serving(self, model: str) -> list[WorkerView]:
+        return [w for w in self.workers if w.model == model]
+
+    def acquire(self, worker: str) -> None:
+        with self._lock:
+            self.inflight[worker] = self.inflight.get(worker, 0) + 1
+
+    def release(self, worker: str) -> None:
+        with self._lock:
+            self.inflight[worker] = max(0, self.inflight.get(worker, 0) - 1)
+
+    async def cache(self, tenant_id: str, reference: str) -> CacheView | None:
+        key = (tenant_id, reference)
+        entry = self._caches.get(key)
+        if entry is not None and time.monotonic() - entry[0] < REFRESH_SECONDS:
+            return entry[1]
+        view = await sync_to_async(_load_cache, thread_sensitive=False)(tenant_id, reference)
+        if len(self._caches) > 50_000:
+            self._caches.clear()
+        self._caches[key] = (time.monotonic(), view)
+        return view
+
+    def forget(self) -> None:
+        self.loaded_at = 0.0
+        self._caches.clear()
+
+
+def _load_workers() -> list[WorkerView]:
+    from workers.models import Worker, WorkerState
+
+    return [
+        WorkerView(
+            name=w.name,
+            base_url=w.base_url.rstrip("/"),
+            model=w.model,
+            pool=w.pool,
+            block_size=w.block_size or 16,
+            kv_usage=float((w.metrics or {}).get("vllm:kv_cache_usage_perc", 0.0)),
+        )  # fmt: skip
+        for w in Worker.objects.filter(state=WorkerState.HEALTHY).order_by("name")
+    ]
+
+
+def _load_cache(tenant_id: str, reference: str) -> CacheView | None:
+    import uuid
+
+    from caches.models import LIVE_STATES, CacheObject, Provider
+    from caches.providers.vllm import placement_key, prefix_message
+
+    live = CacheObject.objects.filter(tenant_id=tenant_id, state__in=LIVE_STATES)
+    try:
+        cache = live.filter(pk=uuid.UUID(reference)).first()
+    except ValueError:
+        cache = live.filter(name=reference).first()
+    if cache is None:
+        return None
+    return CacheView(
+        id=str(cache.pk), name=cache.name, provider=cache.provider, model=cache.model,
+        state=cache.state, remote_name=cache.remote_name,
+        prefix_message=prefix_message(cache) if cache.provider == Provider.VLLM else None,
+        placement=tuple(cache.placement), replication_factor=cache.replication_factor,
+        routing_key=placement_key(cache),
+    )  # fmt: skip
+
+
+directory = Directory()

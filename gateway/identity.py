@@ -1,0 +1,120 @@
+"""Who is calling: API-key authentication and authorization, cached for the hot path.
+
+The key lookup goes to the database at most once per key per ``KEY_CACHE_SECONDS``
+(``tenants.services.keys``); the tenant's salt and the key's ``inference.invoke``
+permission are cached for the same bound, so a revocation, suspension or binding change
+reaches the gateway within 5 seconds, and a steady client costs no database query.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from asgiref.sync import sync_to_async
+
+from gateway.errors import GatewayError
+from tenants.errors import ApiKeyRejected
+from tenants.services.keys import (
+    KEY_CACHE_SECONDS,
+    AuthenticatedKey,
+    api_key_authenticate,
+    api_key_cached,
+)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A caller allowed to invoke models, with what the data plane needs about it."""
+
+    key_id: str
+    principal_id: str
+    tenant_id: str
+    tenant_slug: str
+    cache_salt: str
+    authenticated: AuthenticatedKey
+
+
+_identities: dict[str, tuple[float, Identity]] = {}
+_lock = threading.Lock()
+clock = time.monotonic
+
+
+def _resolve(authenticated: AuthenticatedKey) -> Identity:
+    """Authorize (one query) and derive the salt; runs in a worker thread."""
+    from tenants.salt import tenant_cache_salt
+    from tenants.services.authorization import authorize
+
+    if not authorize(
+        principal=authenticated.principal, permission="inference.invoke",
+        tenant=authenticated.tenant,
+    ):  # fmt: skip
+        raise GatewayError(
+            403, "permission_denied", "This API key may not invoke models (needs inference.invoke)."
+        )
+    return Identity(
+        key_id=str(authenticated.key.pk),
+        principal_id=str(authenticated.principal.pk),
+        tenant_id=str(authenticated.tenant.pk),
+        tenant_slug=authenticated.tenant.slug,
+        cache_salt=tenant_cache_salt(authenticated.tenant),
+        authenticated=authenticated,
+    )
+
+
+def _audit_rejection(rejected: ApiKeyRejected, token: str, source_ip: str | None,
+                     user_agent: str) -> None:  # fmt: skip
+    from audit.models import Outcome
+    from audit.services import audit_record
+    from tenants.actor import Actor, AuthMethod
+    from tenants.models import Tenant
+
+    tenant = Tenant.objects.filter(pk=rejected.tenant_id).first() if rejected.tenant_id else None
+    audit_record(
+        actor=Actor(principal=None, auth_method=AuthMethod.API_KEY, key_id=rejected.key_id,
+                    source_ip=source_ip, user_agent=user_agent[:300]),
+        action="gateway.api_key.authenticate", tenant=tenant, outcome=Outcome.FAILED,
+        target_type="api_key", target_id=rejected.key_id or "",
+        details={"reason": rejected.code, "presented_prefix": token[:12]},
+    )  # fmt: skip
+
+
+async def identify(authorization: str | None, *, source_ip: str | None,
+                   user_agent: str) -> Identity:  # fmt: skip
+    """Authenticate ``Authorization: Bearer <key>`` and check ``inference.invoke``."""
+    if not authorization:
+        raise GatewayError(
+            401, "missing_api_key", "Provide an API key: Authorization: Bearer <key>."
+        )
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise GatewayError(401, "invalid_api_key", "Authorization must be 'Bearer <key>'.")
+    authenticated = api_key_cached(token)
+    if authenticated is None:
+        try:
+            authenticated = await sync_to_async(api_key_authenticate, thread_sensitive=False)(token)
+        except ApiKeyRejected as rejected:
+            await sync_to_async(_audit_rejection, thread_sensitive=False)(
+                rejected, token, source_ip, user_agent
+            )
+            status = 403 if rejected.code == "tenant_suspended" else 401
+            raise GatewayError(status, rejected.code, rejected.message) from None
+    key_id = str(authenticated.key.pk)
+    now = clock()
+    with _lock:
+        entry = _identities.get(key_id)
+    if entry is not None and now - entry[0] < KEY_CACHE_SECONDS:
+        return entry[1]
+    identity = await sync_to_async(_resolve, thread_sensitive=False)(authenticated)
+    with _lock:
+        if len(_identities) > 10_000:
+            _identities.clear()
+        _identities[key_id] = (now, identity)
+    return identity
+
+
+def forget_identities() -> None:
+    with _lock:
+        _identities.clear()

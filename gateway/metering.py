@@ -1,0 +1,106 @@
+"""Metering: Prometheus series per tenant and model, the usage ledger, cache hit counts.
+
+Nothing here runs a SQL statement on the request path: usage goes to billing's Redis
+queue (flushed in batches by a Celery task) and cache hits to a Redis hash (folded into
+the cache rows by ``caches.tasks.cache_hits_flush_task``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from prometheus_client import Counter, Histogram
+
+logger = logging.getLogger(__name__)
+
+REQUESTS = Counter(
+    "cacheplane_gateway_requests", "Gateway requests by outcome.",
+    ["tenant", "model", "provider", "status"],
+)  # fmt: skip
+PROMPT_TOKENS = Counter("cacheplane_gateway_prompt_tokens", "Prompt tokens.", ["tenant", "model"])
+CACHED_TOKENS = Counter(
+    "cacheplane_gateway_cached_tokens", "Prompt tokens served from a cache.", ["tenant", "model"]
+)
+OUTPUT_TOKENS = Counter("cacheplane_gateway_output_tokens", "Output tokens.", ["tenant", "model"])
+PREDICTED_HITS = Counter(
+    "cacheplane_gateway_routing_predicted_hits",
+    "Requests routed to a worker expected to hold their prefix.", ["tenant", "model"],
+)  # fmt: skip
+DELIVERED_HITS = Counter(
+    "cacheplane_gateway_routing_delivered_hits",
+    "Requests whose worker reported cached tokens.", ["tenant", "model"],
+)  # fmt: skip
+OVERHEAD = Histogram(
+    "cacheplane_gateway_overhead_seconds", "Time spent in the gateway, upstream excluded.",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
+)  # fmt: skip
+TTFT = Histogram(
+    "cacheplane_gateway_ttft_seconds", "Time to first token seen by the gateway.", ["model"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)  # fmt: skip
+
+
+@dataclass
+class Meter:
+    """What one request used; filled in as the response passes through."""
+
+    request_id: str
+    tenant_id: str
+    tenant_slug: str
+    key_id: str
+    principal_id: str
+    provider: str
+    model: str
+    stream: bool
+    started: float
+    worker: str = ""
+    pool: str = ""
+    cache_id: str | None = None
+    predicted_hit: bool = False
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    ttft_ms: int | None = None
+    latency_ms: int | None = None
+    status: str = "ok"
+    extra: dict = field(default_factory=dict)
+
+
+def meter_finish(meter: Meter) -> None:
+    """Record the request: metrics, the usage queue, cache hits (runs in a thread)."""
+    labels = {"tenant": meter.tenant_slug, "model": meter.model}
+    REQUESTS.labels(provider=meter.provider, status=meter.status, **labels).inc()
+    PROMPT_TOKENS.labels(**labels).inc(meter.prompt_tokens)
+    CACHED_TOKENS.labels(**labels).inc(meter.cached_tokens)
+    OUTPUT_TOKENS.labels(**labels).inc(meter.output_tokens)
+    if meter.predicted_hit:
+        PREDICTED_HITS.labels(**labels).inc()
+    if meter.cached_tokens:
+        DELIVERED_HITS.labels(**labels).inc()
+    if meter.ttft_ms is not None:
+        TTFT.labels(model=meter.model).observe(meter.ttft_ms / 1000)
+    try:
+        from billing.services.usage import usage_record
+        from tenants.models import Tenant
+
+        usage_record(
+            tenant=Tenant(pk=meter.tenant_id), request_id=meter.request_id,
+            provider=meter.provider, model=meter.model, occurred_at=datetime.now(tz=UTC),
+            prompt_tokens=meter.prompt_tokens, cached_read_tokens=meter.cached_tokens,
+            output_tokens=meter.output_tokens, ttft_ms=meter.ttft_ms,
+            latency_ms=meter.latency_ms, status=meter.status, api_key_id=meter.key_id,
+            principal_id=meter.principal_id, cache_id=meter.cache_id, worker=meter.worker,
+            pool=meter.pool, stream=meter.stream,
+        )  # fmt: skip
+        if meter.cache_id:
+            from caches.services.hits import CACHE_HITS_KEY
+            from controlplane.ops import redis_client
+
+            pipe = redis_client().pipeline(transaction=False)
+            pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:count", 1)
+            pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:tokens", meter.cached_tokens)
+            pipe.execute()
+    except Exception:  # noqa: BLE001 - metering must never fail the response already sent
+        logger.exception("usage record dropped", extra={"request_id": meter.request_id})
