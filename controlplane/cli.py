@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             return audit_verify_main(rest[1:])
         if command == "manage":
             return _with_embedded_services(["cacheplane", *rest])
+        command = command.replace("-", "_")  # `isolation-check` → isolation_check
         return _with_embedded_services(["cacheplane", command, *rest])
     except ConfigError as exc:
         return _fail(f"configuration error: {exc}")

@@ -85,3 +85,22 @@ def api():
     from rest_framework.test import APIClient
 
     return APIClient()
+
+
+@pytest.fixture
+def vertex(settings):
+    """A running Vertex emulator that the control plane's Vertex provider talks to."""
+    from caches.providers.vertex import forget_clients
+    from caches.providers.vertex_emulator.launcher import running_vertex_emulator
+
+    with running_vertex_emulator() as (base_url, emulator):
+        settings.CACHEPLANE_VERTEX_BASE_URL = base_url
+        settings.CACHEPLANE_VERTEX_STATIC_TOKEN = "test-token"
+        settings.CACHEPLANE_VERTEX_PROJECT = "p1"
+        settings.CACHEPLANE_VERTEX_LOCATION = "us-central1"
+        settings.CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY = 0.01
+        settings.CACHEPLANE_PROVIDER_TIMEOUT_SECONDS = 10
+        forget_clients()
+        emulator.base_url = base_url
+        yield emulator
+        forget_clients()

@@ -1,27 +1,6 @@
-"""Fixtures: a Vertex emulator wired into settings, content builders."""
+"""Content builders for cache tests (the Vertex emulator fixture is in tests/conftest.py)."""
 
 from __future__ import annotations
-
-import pytest
-
-from caches.providers.vertex import forget_clients
-from caches.providers.vertex_emulator.launcher import running_vertex_emulator
-
-
-@pytest.fixture
-def vertex(settings):
-    """A running emulator that the control plane's Vertex provider talks to."""
-    with running_vertex_emulator() as (base_url, emulator):
-        settings.CACHEPLANE_VERTEX_BASE_URL = base_url
-        settings.CACHEPLANE_VERTEX_STATIC_TOKEN = "test-token"
-        settings.CACHEPLANE_VERTEX_PROJECT = "p1"
-        settings.CACHEPLANE_VERTEX_LOCATION = "us-central1"
-        settings.CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY = 0.01
-        settings.CACHEPLANE_PROVIDER_TIMEOUT_SECONDS = 10
-        forget_clients()
-        emulator.base_url = base_url
-        yield emulator
-        forget_clients()
 
 
 def big_content(seed: str = "contract", *, documents: int = 2, words: int = 900) -> dict:
