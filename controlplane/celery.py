@@ -62,6 +62,12 @@ BEAT_SCHEDULE: dict[str, dict] = {
         "task": "caches.tasks.cache_hits_flush_task",
         "schedule": timedelta(seconds=10),
     },
+    # Worker scrape: KV usage drives the gateway's memory-pressure shedding and the console's
+    # workers page; 5 s tracks pressure changes within a few requests' time.
+    "workers-probe": {
+        "task": "workers.tasks.workers_probe_task",
+        "schedule": timedelta(seconds=5),
+    },
     "caches-reconcile": {
         "task": "caches.tasks.cache_reconcile_task",
         "schedule": timedelta(minutes=5),

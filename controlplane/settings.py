@@ -88,6 +88,7 @@ MIDDLEWARE = [
     "controlplane.middleware.RequestIdMiddleware",
     "controlplane.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -131,6 +132,17 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# Front-end packages come from the npm registry (package.json) and are served straight
+# from node_modules: nothing is copied into the repository. `cacheplane up` and the test
+# suite run `npm ci` when node_modules is missing (controlplane/assets.py).
+NODE_MODULES = BASE_DIR / "node_modules"
+STATICFILES_DIRS = [
+    ("vendor/chart.js", NODE_MODULES / "chart.js" / "dist"),
+    ("vendor/htmx", NODE_MODULES / "htmx.org" / "dist"),
+]
+# Serve through finders (no collectstatic step) unless a collected STATIC_ROOT is used.
+WHITENOISE_USE_FINDERS = env_bool("CACHEPLANE_STATIC_FROM_FINDERS", True)
+WHITENOISE_AUTOREFRESH = False
 LOGIN_URL = "/login/"
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("CACHEPLANE_MAX_BODY_BYTES", 2_621_440, minimum=1024)

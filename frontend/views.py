@@ -1,16 +1,154 @@
-"""Console views: thin adapters over selectors."""
+"""Console pages: thin adapters over selectors, guarded by the one ``authorize`` path.
+
+A tenant page for a tenant the principal holds no binding on is a 404 (as in the API);
+a page whose permission it lacks is a 403 with a readable message. Denials are audited.
+Pages render a first snapshot server-side; ``static/frontend/console.js`` then keeps
+them live over the WebSocket and re-fetches over REST on every (re)connect.
+"""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+import json
+from collections.abc import Callable
+from functools import wraps
 
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from audit.models import Outcome
+from audit.services import audit_record
+from caches import selectors as cache_selectors
+from frontend import selectors
+from tenants.actor import Actor
 from tenants.models import Tenant
+from tenants.selectors import tenant_list_visible
+from tenants.services.authorization import authorize, principal_permissions
+
+
+def _deny(request: HttpRequest, tenant: Tenant | None, permission: str, reason: str) -> None:
+    audit_record(
+        actor=Actor.from_request(request), action="frontend.page.view", tenant=tenant,
+        outcome=Outcome.DENIED, target_type="page", target_id=request.path[:200],
+        details={"permission": permission, "reason": reason},
+    )  # fmt: skip
+
+
+def _forbidden(request: HttpRequest, message: str) -> HttpResponse:
+    return render(request, "frontend/forbidden.html", {"message": message}, status=403)
+
+
+def tenant_page(permission: str) -> Callable:
+    """Resolve ``<tenant>`` from the URL and require ``permission`` there ("member": any)."""
+
+    def decorate(view: Callable) -> Callable:
+        @login_required
+        @wraps(view)
+        def wrapper(request: HttpRequest, tenant: str, *args, **kwargs) -> HttpResponse:
+            obj = Tenant.objects.filter(slug=tenant).first()
+            held = principal_permissions(principal=request.user, tenant=obj) if obj else set()
+            if obj is None or not held:
+                if obj is not None:
+                    _deny(request, obj, permission, "no_binding")
+                raise Http404("No such tenant.")
+            if permission != "member" and permission not in held:
+                _deny(request, obj, permission, "missing_permission")
+                return _forbidden(request, f"You need the permission “{permission}” here.")
+            request.tenant = obj  # type: ignore[attr-defined]
+            request.held = held  # type: ignore[attr-defined]
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def platform_page(permission: str) -> Callable:
+    def decorate(view: Callable) -> Callable:
+        @login_required
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if not authorize(principal=request.user, permission=permission, tenant=None):
+                _deny(request, None, permission, "missing_permission")
+                return _forbidden(request, f"You need the platform permission “{permission}”.")
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def _context(request: HttpRequest, **extra) -> dict:
+    visible = list(tenant_list_visible(principal=request.user).order_by("slug")[:100])
+    platform = authorize(principal=request.user, permission="tenants.list", tenant=None)
+    return {"switcher": visible, "is_platform": platform, **extra}
 
 
 @login_required
-def overview(request: HttpRequest) -> HttpResponse:
-    """Landing page of the console."""
-    tenants = Tenant.objects.all() if request.user.is_superuser else Tenant.objects.none()
-    return render(request, "frontend/overview.html", {"tenants": tenants})
+def home(request: HttpRequest) -> HttpResponse:
+    """Platform operators land on the overview; tenant members on their first tenant."""
+    if authorize(principal=request.user, permission="tenants.list", tenant=None):
+        return redirect("console-platform")
+    first = tenant_list_visible(principal=request.user).order_by("slug").first()
+    if first is not None:
+        return redirect("console-tenant", tenant=first.slug)
+    return render(request, "frontend/no_access.html", _context(request))
+
+
+@platform_page("tenants.list")
+def platform_overview(request: HttpRequest) -> HttpResponse:
+    raw_page = request.GET.get("page", "1")
+    page = max(1, int(raw_page)) if raw_page.isdigit() else 1
+    summary = selectors.platform_summary(page=page)
+    return render(request, "frontend/platform.html", _context(
+        request, summary=summary, summary_json=json.dumps(summary)))  # fmt: skip
+
+
+@platform_page("tenants.list")
+def workers_page(request: HttpRequest) -> HttpResponse:
+    summary = selectors.platform_summary(page=1, per_page=1)
+    from workers.models import Worker
+
+    capacity = []
+    for worker in Worker.objects.order_by("pool", "name")[:200]:
+        capacity.append({
+            "name": worker.name, "blocks": worker.num_blocks, "block_size": worker.block_size,
+            "tokens": (worker.num_blocks or 0) * worker.block_size,
+            "pinned": selectors.pinned_tokens_by_tenant(worker_name=worker.name),
+        })  # fmt: skip
+    return render(request, "frontend/workers.html", _context(
+        request, summary=summary, summary_json=json.dumps(summary), capacity=capacity))  # fmt: skip
+
+
+@tenant_page("member")
+def tenant_overview(request: HttpRequest) -> HttpResponse:
+    summary = selectors.tenant_summary(tenant=request.tenant, principal=request.user)
+    return render(request, "frontend/tenant.html", _context(
+        request, tenant=request.tenant, summary=summary, summary_json=json.dumps(summary),
+        can_manage_caches="caches.update" in request.held))  # fmt: skip
+
+
+@tenant_page("caches.get")
+def cache_page(request: HttpRequest, cache_id: str) -> HttpResponse:
+    cache = cache_selectors.cache_get(tenant=request.tenant, cache_id=cache_id)
+    if cache is None:
+        raise Http404("No such cache.")
+    detail = selectors.cache_detail(tenant=request.tenant, cache=cache)
+    return render(request, "frontend/cache.html", _context(
+        request, tenant=request.tenant, cache=detail, cache_json=json.dumps(detail),
+        can_update="caches.update" in request.held,
+        can_evict="caches.delete" in request.held,
+        can_see_usage="usage.get" in request.held))  # fmt: skip
+
+
+@tenant_page("audit.export")
+def audit_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "frontend/audit.html", _context(request, tenant=request.tenant))
+
+
+@tenant_page("usage.get")
+def breakeven_page(request: HttpRequest) -> HttpResponse:
+    from caches.catalog import VERTEX_MODELS
+
+    return render(request, "frontend/breakeven.html", _context(
+        request, tenant=request.tenant, models=sorted(VERTEX_MODELS)))  # fmt: skip

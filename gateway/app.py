@@ -150,6 +150,7 @@ async def _vllm(request: Request, identity: Identity, body: dict[str, Any], kind
         session = request.headers.get("x-session-id")
         chain = prefix_chain(text, salt=identity.cache_salt, block_size=workers[0].block_size)
         preferred, depth = prefix_index.longest(chain)
+        meter.available_tokens = depth * workers[0].block_size
         key = f"s:{identity.tenant_id}:{session}" if session else (
             chain[0] if chain else f"{identity.tenant_id}:{text[:256]}")  # fmt: skip
         meter.predicted_hit = depth > 0
@@ -157,6 +158,10 @@ async def _vllm(request: Request, identity: Identity, body: dict[str, Any], kind
                                   preferred=preferred)[:MAX_FAILOVER]  # fmt: skip
     if cache is not None:
         meter.predicted_hit = candidates[0].name in cache.placement
+        meter.available_tokens = len(cache.prefix_message["content"]) // 4
+        meter.routed_tokens = meter.available_tokens if meter.predicted_hit else 0
+    elif preferred is not None and candidates and candidates[0].name == preferred:
+        meter.routed_tokens = meter.available_tokens
     reservation = await budget.reserve(
         meter, prompt_tokens=max(1, len(text) // 4), max_tokens=max_tokens(body),
         authenticated=identity.authenticated,

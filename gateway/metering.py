@@ -8,6 +8,7 @@ the cache rows by ``caches.tasks.cache_hits_flush_task``).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -65,7 +66,52 @@ class Meter:
     ttft_ms: int | None = None
     latency_ms: int | None = None
     status: str = "ok"
+    available_tokens: int = 0  # reuse present in the prompt (a remembered prefix)
+    routed_tokens: int = 0  # of which routing sent to the worker expected to hold it
     extra: dict = field(default_factory=dict)
+
+
+_rates: dict[tuple[str, str, str], tuple[float, object]] = {}
+RATES_CACHE_SECONDS = 60.0
+
+
+def _rates_for(provider: str, model: str, pool: str):  # noqa: ANN202
+    """(cost function, rates) for the price in force now, cached a minute (None: no price)."""
+    key = (provider, model, pool)
+    entry = _rates.get(key)
+    if entry is not None and time.monotonic() - entry[0] < RATES_CACHE_SECONDS:
+        return entry[1]
+    from billing.pricing import gpu_cost, token_cost
+    from billing.selectors.prices import (
+        model_price_resolve,
+        pool_price_resolve,
+        pool_rates,
+        token_rates,
+    )
+
+    now = datetime.now(tz=UTC)
+    if provider == "vllm":
+        price = pool_price_resolve(pool=pool, at=now) if pool else None
+        value = (gpu_cost, pool_rates(price)) if price is not None else None
+    else:
+        price = model_price_resolve(provider=provider, model=model, at=now)
+        value = (token_cost, token_rates(price)) if price is not None else None
+    _rates[key] = (time.monotonic(), value)
+    return value
+
+
+def cost_micros(meter: Meter) -> int:
+    """The request's cost for the live console (the ledger flush books the exact figure)."""
+    from billing.pricing import UsageCounts
+
+    found = _rates_for(meter.provider, meter.model, meter.pool)
+    if found is None:
+        return 0
+    cost_fn, rates = found
+    counts = UsageCounts(prompt_tokens=meter.prompt_tokens,
+                         cached_read_tokens=meter.cached_tokens,
+                         output_tokens=meter.output_tokens)  # fmt: skip
+    return cost_fn(counts, rates).micros
 
 
 def meter_finish(meter: Meter) -> None:
@@ -102,5 +148,13 @@ def meter_finish(meter: Meter) -> None:
             pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:count", 1)
             pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:tokens", meter.cached_tokens)
             pipe.execute()
+        from frontend.live import UsageDelta, usage_ticker
+
+        usage_ticker.add(meter.tenant_id, UsageDelta(
+            requests=1, prompt_tokens=meter.prompt_tokens, cached_tokens=meter.cached_tokens,
+            available_tokens=meter.available_tokens, routed_tokens=meter.routed_tokens,
+            output_tokens=meter.output_tokens, cost_micros=cost_micros(meter),
+            errors=int(meter.status != "ok"),
+        ))  # fmt: skip
     except Exception:  # noqa: BLE001 - metering must never fail the response already sent
         logger.exception("usage record dropped", extra={"request_id": meter.request_id})

@@ -104,3 +104,33 @@ def vertex(settings):
         emulator.base_url = base_url
         yield emulator
         forget_clients()
+
+
+@pytest.fixture(scope="session")
+def live_server_url():
+    """controlplane.asgi.application under uvicorn in a thread (the real HTTP stack)."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from controlplane.asgi import application
+
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(application, log_level="warning", lifespan="off", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "live server did not start"
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+    sock.close()

@@ -77,3 +77,35 @@ def worker_probe(*, worker: Worker, client: httpx.Client | None = None) -> Worke
     worker.save(update_fields=["block_size", "num_blocks", "state", "metrics", "last_seen_at",
                                "updated_at"])  # fmt: skip
     return worker
+
+
+def workers_probe_all(*, client: httpx.Client | None = None) -> list[Worker]:
+    """Probe every registered worker and publish one fleet snapshot (platform topic).
+
+    Workers are shared infrastructure, so this reads across tenants by design; the
+    snapshot carries no tenant data.
+    """
+    from frontend.events import platform_group, publish_now
+
+    client = client or httpx.Client(timeout=3)
+    probed = [worker_probe(worker=w, client=client) for w in Worker.objects.order_by("name")]
+    publish_now(
+        platform_group("workers"),
+        "workers.snapshot",
+        {"workers": [
+            {"name": w.name, "state": w.state, "pool": w.pool, "model": w.model,
+             "kv_usage": w.metrics.get("vllm:kv_cache_usage_perc"),
+             "running": w.metrics.get("vllm:num_requests_running"),
+             "waiting": w.metrics.get("vllm:num_requests_waiting"),
+             "hit_rate": _hit_rate(w.metrics)}
+            for w in probed
+        ]},
+    )  # fmt: skip
+    return probed
+
+
+def _hit_rate(metrics: dict) -> float | None:
+    queries = metrics.get("vllm:prefix_cache_queries_total") or 0
+    return (
+        round((metrics.get("vllm:prefix_cache_hits_total") or 0) / queries, 4) if queries else None
+    )

@@ -16,5 +16,6 @@ urlpatterns = [
     path("", include("tenants.api.urls")),
     path("", include("audit.api.urls")),
     path("", include("caches.api.urls")),
+    path("", include("frontend.api.urls")),
     path("", include("billing.api.urls")),
 ]

@@ -40,3 +40,48 @@ async def test_non_admin_is_refused_on_connect() -> None:
     connected, code = await communicator.connect()
     assert not connected
     assert code == 4403
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_tenant_members_get_their_tenants_events_and_nothing_of_others() -> None:
+    from frontend.consumers import TenantLiveConsumer
+    from frontend.events import tenant_group
+    from tests.factories import HumanFactory, TenantFactory, bind
+
+    a = await sync_to_async(TenantFactory)(slug="live-a")
+    b = await sync_to_async(TenantFactory)(slug="live-b")
+    alice = await sync_to_async(HumanFactory)()
+    bob = await sync_to_async(HumanFactory)()
+    await sync_to_async(bind)(alice, "tenant.viewer", a)
+    await sync_to_async(bind)(bob, "tenant.viewer", b)
+
+    def communicator(user, slug):
+        c = WebsocketCommunicator(TenantLiveConsumer.as_asgi(), f"/ws/t/{slug}/live")
+        c.scope["user"] = user
+        c.scope["url_route"] = {"kwargs": {"tenant": slug}}
+        return c
+
+    alice_ws, bob_ws = communicator(alice, "live-a"), communicator(bob, "live-b")
+    assert (await alice_ws.connect())[0] and (await bob_ws.connect())[0]
+    intruder = communicator(bob, "live-a")
+    connected, code = await intruder.connect()
+    assert not connected and code == 4404
+    await sync_to_async(publish_now)(tenant_group(a.pk, "caches"), "caches.cache.state",
+                                     {"id": "x", "state": "active"})  # fmt: skip
+    assert (await alice_ws.receive_json_from(timeout=5))["payload"]["state"] == "active"
+    assert await bob_ws.receive_nothing(timeout=0.5)
+    await alice_ws.disconnect()
+    await bob_ws.disconnect()
+
+
+def test_usage_ticker_coalesces_requests_into_one_tick_per_tenant() -> None:
+    from frontend.live import UsageDelta, UsageTicker
+
+    ticker = UsageTicker(autostart=False)  # flushed by hand below
+    for _ in range(50):
+        ticker.add("t1", UsageDelta(requests=1, prompt_tokens=100, cached_tokens=80))
+    ticker.add("t2", UsageDelta(requests=1, prompt_tokens=10))
+    pending = {k: v.as_dict() for k, v in ticker._pending.items()}
+    assert pending["t1"]["requests"] == 50 and pending["t1"]["cached_tokens"] == 4000
+    assert ticker.flush() == 2 and ticker.flush() == 0

@@ -1,43 +1,15 @@
-"""A live ASGI server (Django + gateway) and registered reference workers."""
+"""Registered reference workers and tenants with keys (the live server is in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import contextlib
-import socket
-import threading
-import time
 
 import pytest
-import uvicorn
 
 from tests.workers.engine.support import tiny_config
 from workers.engine.launcher import serve
 
 MODEL = "test/ref-tiny"
-
-
-@pytest.fixture(scope="session")
-def live_server_url():
-    """controlplane.asgi.application under uvicorn in a thread (the real HTTP stack)."""
-    from controlplane.asgi import application
-
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(application, log_level="warning", lifespan="off", access_log=False)
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "live server did not start"
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
 
 
 @pytest.fixture

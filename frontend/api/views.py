@@ -1,0 +1,46 @@
+"""JSON snapshots the console re-fetches on every (re)connect (same data as the pages)."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from caches import selectors as cache_selectors
+from caches.errors import CacheNotFound
+from controlplane.api.tenancy import MEMBER, PlatformMixin, TenantScopedMixin
+from frontend import selectors
+
+
+@extend_schema(tags=["console"])
+class TenantConsoleViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+    """The tenant page's data, filtered by the caller's permissions."""
+
+    audit_entity = "frontend.console"
+    action_permissions = {"summary": MEMBER, "cache": "caches.get"}
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def summary(self, request: Request, tenant: str) -> Response:
+        return Response(selectors.tenant_summary(tenant=self.tenant, principal=request.user))
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def cache(self, request: Request, tenant: str, pk: str) -> Response:
+        cache = cache_selectors.cache_get(tenant=self.tenant, cache_id=pk)
+        if cache is None:
+            raise CacheNotFound("No such cache.")
+        return Response(selectors.cache_detail(tenant=self.tenant, cache=cache))
+
+
+@extend_schema(tags=["console"])
+class PlatformConsoleViewSet(PlatformMixin, viewsets.GenericViewSet):
+    """The platform overview's data."""
+
+    audit_entity = "frontend.console"
+    action_permissions = {"summary": "tenants.list"}
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def summary(self, request: Request) -> Response:
+        page = request.query_params.get("page", "1")
+        return Response(selectors.platform_summary(page=int(page) if page.isdigit() else 1))
