@@ -144,6 +144,7 @@ STATICFILES_DIRS = [
 WHITENOISE_USE_FINDERS = env_bool("CACHEPLANE_STATIC_FROM_FINDERS", True)
 WHITENOISE_AUTOREFRESH = False
 LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("CACHEPLANE_MAX_BODY_BYTES", 2_621_440, minimum=1024)
 
@@ -315,13 +316,11 @@ CACHEPLANE_OPERATION_LEASE_SECONDS = env_int(
 CACHEPLANE_SWEEP_BATCH = env_int("CACHEPLANE_SWEEP_BATCH", 500, minimum=1)
 
 # --- Billing (see README "Billing") -----------------------------------------------------
-# Redis list the gateway appends usage rows to; the flush task drains it in batches.
+# Redis list the gateway appends usage rows to; the flush task (beat, every 5 s) drains it
+# in batches of CACHEPLANE_BILLING_FLUSH_BATCH rows.
 CACHEPLANE_BILLING_USAGE_QUEUE_KEY = (
     env_str("CACHEPLANE_BILLING_USAGE_QUEUE_KEY", "cacheplane:billing:usage")
     or "cacheplane:billing:usage"
-)
-CACHEPLANE_BILLING_FLUSH_INTERVAL_SECONDS = env_int(
-    "CACHEPLANE_BILLING_FLUSH_INTERVAL_SECONDS", 5, minimum=1
 )
 CACHEPLANE_BILLING_FLUSH_BATCH = env_int("CACHEPLANE_BILLING_FLUSH_BATCH", 5000, minimum=1)
 CACHEPLANE_BILLING_FLUSH_MAX_BATCHES = env_int(
