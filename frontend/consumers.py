@@ -32,7 +32,10 @@ class _PushConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def console_event(self, message: dict) -> None:
-        await self.send_json({"event": message["event"], "payload": message["payload"]})
+        await self.send_json(
+            {"event": message["event"], "payload": message["payload"],
+             "sent_at": message.get("sent_at")}
+        )  # fmt: skip
 
     async def receive_json(self, content, **kwargs) -> None:  # noqa: ANN001
         return None  # push only: anything the client sends is ignored

@@ -35,7 +35,10 @@ def publish_now(group: str, event: str, payload: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    message = {"type": "console.event", "event": event, "payload": payload}
+    import time
+
+    message = {"type": "console.event", "event": event, "payload": payload,
+               "sent_at": time.time()}  # fmt: skip
     try:
         async_to_sync(layer.group_send)(group, message)
     except Exception:  # noqa: BLE001 - best effort: the page re-fetches on reconnect

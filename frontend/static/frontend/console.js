@@ -179,6 +179,10 @@
       if (list) { const li = document.createElement("li"); li.textContent = `${p.budget} crossed ${p.threshold} %`; list.prepend(li); }
     }
     window.__cacheplaneLastEvent = { event: msg.event, at: Date.now() };
+    if (msg.sent_at) {  // event-to-DOM latency, read by bench/console_latency.py
+      (window.__cacheplaneLatencies = window.__cacheplaneLatencies || []).push(
+        { event: msg.event, ms: Date.now() - msg.sent_at * 1000 });
+    }
   }
   let refetchTimer = null;
   function scheduleRefetch() {  // coalesce: at most one REST refresh per 2 s of ticks
