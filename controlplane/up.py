@@ -149,6 +149,9 @@ def _run(
 
     django.setup()  # raises ConfigError for a bad or missing variable
     _check_reachable()
+    from controlplane.assets import ensure_assets
+
+    ensure_assets()  # the console's npm packages (npm ci from package-lock.json)
     call_command("migrate", interactive=False, verbosity=0)
     call_command("bootstrap", *([] if not args.no_demo else ["--no-demo"]))
 
