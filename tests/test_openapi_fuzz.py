@@ -7,6 +7,8 @@ platform admin's session.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -67,6 +69,9 @@ def test_operation_never_5xx_and_matches_schema(operation, tenant_a, admin_a, pl
         case.validate_response(response, checks=[not_a_server_error, response_schema_conformance])
 
     run()
-    if operation.method.upper() == "GET":
-        # Proves the fuzzing got past authentication and reached the views.
+    fixed_params = {"tenant", "slug"}
+    path_params = set(re.findall(r"{(\w+)}", operation.path))
+    if operation.method.upper() == "GET" and path_params <= fixed_params:
+        # Proves the fuzzing got past authentication and reached the views (detail routes
+        # get random ids, so only collection reads are expected to succeed).
         assert any(status < 300 for status in statuses), statuses
