@@ -72,6 +72,20 @@ BEAT_SCHEDULE: dict[str, dict] = {
         "task": "caches.tasks.cache_reconcile_task",
         "schedule": timedelta(minutes=5),
     },
+    # Usage ledger flush: 5 s keeps spend, rollups and the console at most a few seconds
+    # behind while batching thousands of requests per INSERT; one run drains at most
+    # CACHEPLANE_BILLING_FLUSH_MAX_BATCHES batches and overlapping runs skip (Redis lock).
+    "billing-usage-flush": {
+        "task": "billing.tasks.usage_flush_task",
+        "schedule": timedelta(seconds=5),
+    },
+    # Budget holds nobody settled (crashed or timed-out requests): a minute is far below
+    # the default 15-minute hold, so a leaked hold blocks budget for at most ~16 minutes;
+    # one batch per run, re-enqueued while batches fill.
+    "billing-reservations-expire": {
+        "task": "billing.tasks.budget_reservations_expire_task",
+        "schedule": timedelta(seconds=60),
+    },
 }
 
 # Retry policy for tasks that call providers: transient errors only, exponential

@@ -149,7 +149,7 @@ async def _vllm(request: Request, identity: Identity, body: dict[str, Any], kind
     else:
         session = request.headers.get("x-session-id")
         chain = prefix_chain(text, salt=identity.cache_salt, block_size=workers[0].block_size)
-        preferred, depth = prefix_index.longest(chain)
+        preferred, depth = prefix_index.holders(chain)
         meter.available_tokens = depth * workers[0].block_size
         key = f"s:{identity.tenant_id}:{session}" if session else (
             chain[0] if chain else f"{identity.tenant_id}:{text[:256]}")  # fmt: skip
@@ -160,7 +160,7 @@ async def _vllm(request: Request, identity: Identity, body: dict[str, Any], kind
         meter.predicted_hit = candidates[0].name in cache.placement
         meter.available_tokens = len(cache.prefix_message["content"]) // 4
         meter.routed_tokens = meter.available_tokens if meter.predicted_hit else 0
-    elif preferred is not None and candidates and candidates[0].name == preferred:
+    elif preferred and candidates and candidates[0].name in preferred:
         meter.routed_tokens = meter.available_tokens
     reservation = await budget.reserve(
         meter, prompt_tokens=max(1, len(text) // 4), max_tokens=max_tokens(body),
@@ -228,9 +228,8 @@ async def _send(candidates: list[WorkerView], path: str, body: dict, headers: di
         directory.acquire(worker.name)
         started = time.perf_counter()
         try:
-            request = upstream.client().build_request("POST", worker.base_url + path, json=body,
-                                                      headers=headers)  # fmt: skip
-            response = await upstream.client().send(request, stream=True)
+            response = await upstream.pool().post(worker.base_url + path, json=body,
+                                                  headers=headers)  # fmt: skip
             return worker, started, response
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             directory.release(worker.name)

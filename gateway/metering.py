@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -114,47 +115,103 @@ def cost_micros(meter: Meter) -> int:
     return cost_fn(counts, rates).micros
 
 
-def meter_finish(meter: Meter) -> None:
-    """Record the request: metrics, the usage queue, cache hits (runs in a thread)."""
-    labels = {"tenant": meter.tenant_slug, "model": meter.model}
-    REQUESTS.labels(provider=meter.provider, status=meter.status, **labels).inc()
-    PROMPT_TOKENS.labels(**labels).inc(meter.prompt_tokens)
-    CACHED_TOKENS.labels(**labels).inc(meter.cached_tokens)
-    OUTPUT_TOKENS.labels(**labels).inc(meter.output_tokens)
+_children: dict[tuple, object] = {}
+_redis = None
+
+
+def _series(metric, *label_values: str):  # noqa: ANN001, ANN202
+    """``metric.labels(*label_values)``, looked up once per label set (labels() locks and
+    builds its key on every call; the hot path needs only the child)."""
+    key = (metric, label_values)
+    child = _children.get(key)
+    if child is None:
+        if len(_children) > 100_000:  # label sets follow tenants x models: bounded anyway
+            _children.clear()
+        child = _children[key] = metric.labels(*label_values)
+    return child
+
+
+def _redis_client():  # noqa: ANN202
+    """One client (one connection pool) for the process: ``ops.redis_client()`` makes a new
+    pool, hence a new connection, on every call."""
+    global _redis
+    if _redis is None:
+        from controlplane.ops import redis_client
+
+        _redis = redis_client()
+    return _redis
+
+
+def _observe(meter: Meter) -> None:
+    tenant, model = meter.tenant_slug, meter.model
+    _series(REQUESTS, tenant, model, meter.provider, meter.status).inc()
+    _series(PROMPT_TOKENS, tenant, model).inc(meter.prompt_tokens)
+    _series(CACHED_TOKENS, tenant, model).inc(meter.cached_tokens)
+    _series(OUTPUT_TOKENS, tenant, model).inc(meter.output_tokens)
     if meter.predicted_hit:
-        PREDICTED_HITS.labels(**labels).inc()
+        _series(PREDICTED_HITS, tenant, model).inc()
     if meter.cached_tokens:
-        DELIVERED_HITS.labels(**labels).inc()
+        _series(DELIVERED_HITS, tenant, model).inc()
     if meter.ttft_ms is not None:
-        TTFT.labels(model=meter.model).observe(meter.ttft_ms / 1000)
+        _series(TTFT, model).observe(meter.ttft_ms / 1000)
+
+
+def meter_finish(meter: Meter) -> None:
+    """Record one request (see :func:`meter_finish_many`)."""
+    meter_finish_many([meter])
+
+
+def meter_finish_many(meters: Sequence[Meter]) -> None:
+    """Record finished requests: metrics, the usage queue, cache hits (runs in a thread).
+
+    All of them cost one Redis round trip: their usage messages go in one ``RPUSH`` and
+    their cache hits in the same pipeline. A request whose usage is invalid, or a batch
+    Redis refuses, is logged and dropped; metering never fails a response.
+    """
+    from billing.services.usage import queue_key, usage_message
+    from caches.services.hits import CACHE_HITS_KEY
+    from frontend.live import UsageDelta, usage_ticker
+    from tenants.models import Tenant
+
+    messages: list[bytes] = []
+    recorded: list[Meter] = []
+    for meter in meters:
+        _observe(meter)
+        try:
+            messages.append(usage_message(
+                tenant=Tenant(pk=meter.tenant_id), request_id=meter.request_id,
+                provider=meter.provider, model=meter.model, occurred_at=datetime.now(tz=UTC),
+                prompt_tokens=meter.prompt_tokens, cached_read_tokens=meter.cached_tokens,
+                output_tokens=meter.output_tokens, ttft_ms=meter.ttft_ms,
+                latency_ms=meter.latency_ms, status=meter.status, api_key_id=meter.key_id,
+                principal_id=meter.principal_id, cache_id=meter.cache_id, worker=meter.worker,
+                pool=meter.pool, stream=meter.stream,
+            ))  # fmt: skip
+        except Exception:  # noqa: BLE001 - metering must never fail the response already sent
+            logger.exception("usage record dropped", extra={"request_id": meter.request_id})
+            continue
+        recorded.append(meter)
+    if not recorded:
+        return
     try:
-        from billing.services.usage import usage_record
-        from tenants.models import Tenant
-
-        usage_record(
-            tenant=Tenant(pk=meter.tenant_id), request_id=meter.request_id,
-            provider=meter.provider, model=meter.model, occurred_at=datetime.now(tz=UTC),
-            prompt_tokens=meter.prompt_tokens, cached_read_tokens=meter.cached_tokens,
-            output_tokens=meter.output_tokens, ttft_ms=meter.ttft_ms,
-            latency_ms=meter.latency_ms, status=meter.status, api_key_id=meter.key_id,
-            principal_id=meter.principal_id, cache_id=meter.cache_id, worker=meter.worker,
-            pool=meter.pool, stream=meter.stream,
-        )  # fmt: skip
-        if meter.cache_id:
-            from caches.services.hits import CACHE_HITS_KEY
-            from controlplane.ops import redis_client
-
-            pipe = redis_client().pipeline(transaction=False)
-            pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:count", 1)
-            pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:tokens", meter.cached_tokens)
-            pipe.execute()
-        from frontend.live import UsageDelta, usage_ticker
-
-        usage_ticker.add(meter.tenant_id, UsageDelta(
-            requests=1, prompt_tokens=meter.prompt_tokens, cached_tokens=meter.cached_tokens,
-            available_tokens=meter.available_tokens, routed_tokens=meter.routed_tokens,
-            output_tokens=meter.output_tokens, cost_micros=cost_micros(meter),
-            errors=int(meter.status != "ok"),
-        ))  # fmt: skip
+        pipe = _redis_client().pipeline(transaction=False)
+        pipe.rpush(queue_key(), *messages)
+        for meter in recorded:
+            if meter.cache_id:
+                pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:count", 1)
+                pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:tokens", meter.cached_tokens)
+        pipe.execute()
     except Exception:  # noqa: BLE001 - metering must never fail the response already sent
-        logger.exception("usage record dropped", extra={"request_id": meter.request_id})
+        for meter in recorded:
+            logger.exception("usage record dropped", extra={"request_id": meter.request_id})
+        return
+    for meter in recorded:
+        try:
+            usage_ticker.add(meter.tenant_id, UsageDelta(
+                requests=1, prompt_tokens=meter.prompt_tokens, cached_tokens=meter.cached_tokens,
+                available_tokens=meter.available_tokens, routed_tokens=meter.routed_tokens,
+                output_tokens=meter.output_tokens, cost_micros=cost_micros(meter),
+                errors=int(meter.status != "ok"),
+            ))  # fmt: skip
+        except Exception:  # noqa: BLE001 - metering must never fail the response already sent
+            logger.exception("usage record dropped", extra={"request_id": meter.request_id})

@@ -5,18 +5,21 @@
 2. Otherwise the routing key is a hash chain over the first blocks of the *salted*
    prompt (characters stand in for tokens: ``block_size × 4`` characters a block, so no
    tokenizer is needed on the hot path), or the session id when the client sends
-   ``X-Session-Id``. A prefix index remembers which worker last served each chain, so the
-   longest remembered chain wins; a new prefix falls to rendezvous hashing of its first
-   block.
-3. Bounded load: a worker with more than ``(1 + ε) × average`` in-flight requests is
+   ``X-Session-Id``. A prefix index remembers the last few workers that served each chain
+   (most recent first), so the holders of the longest remembered chain come first; a new
+   prefix falls to rendezvous hashing of its first block.
+3. Bounded load: a worker that would exceed ``⌈(1 + ε) × average⌉`` in-flight requests is
    skipped (consistent hashing with bounded loads), as is one whose KV usage is above the
-   pressure threshold while a cooler one exists.
+   pressure threshold while a cooler one exists. A request that spills off a busy holder
+   makes its new worker one more holder instead of replacing the old one, so a hot prefix
+   settles on a few workers and later spills find it there too.
 The result is an ordered list: the gateway fails over to the next on connection errors.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -26,6 +29,7 @@ from workers.routing import rendezvous_order
 CHARS_PER_TOKEN = 4
 MAX_CHAIN_BLOCKS = 32
 EPSILON = 0.25
+HOLDERS = 3  # workers remembered per chain hash
 PRESSURE = 0.85
 
 
@@ -44,46 +48,63 @@ def prefix_chain(
 
 
 class PrefixIndex:
-    """Chain hash → worker that last received it (LRU-bounded; approximate by design)."""
+    """Chain hash → the last ``HOLDERS`` workers that received it, most recent first
+    (LRU-bounded; approximate by design: a holder may have evicted the blocks since)."""
 
     def __init__(self, capacity: int = 200_000) -> None:
         self.capacity = capacity
-        self._entries: OrderedDict[str, str] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+
+    def holders(self, chain: Sequence[str]) -> tuple[tuple[str, ...], int]:
+        """The holders of the longest remembered prefix of ``chain`` and its depth."""
+        for depth in range(len(chain), 0, -1):
+            workers = self._entries.get(chain[depth - 1])
+            if workers is not None:
+                return workers, depth
+        return (), 0
 
     def longest(self, chain: Sequence[str]) -> tuple[str | None, int]:
-        for depth in range(len(chain), 0, -1):
-            worker = self._entries.get(chain[depth - 1])
-            if worker is not None:
-                return worker, depth
-        return None, 0
+        """The most recent holder of the longest remembered prefix and its depth."""
+        workers, depth = self.holders(chain)
+        return (workers[0] if workers else None), depth
 
     def record(self, chain: Sequence[str], worker: str) -> None:
         for h in chain:
-            self._entries[h] = worker
+            held = self._entries.get(h, ())
+            self._entries[h] = (worker, *(w for w in held if w != worker))[:HOLDERS]
             self._entries.move_to_end(h)
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
 
     def forget_worker(self, worker: str) -> None:
-        for key in [k for k, v in self._entries.items() if v == worker]:
-            del self._entries[key]
+        for key, held in list(self._entries.items()):
+            if worker in held:
+                rest = tuple(w for w in held if w != worker)
+                if rest:
+                    self._entries[key] = rest
+                else:
+                    del self._entries[key]
 
 
 def order_candidates(
     *, key: str, workers: Sequence[WorkerView], inflight: dict[str, int],
-    preferred: str | None = None,
+    preferred: str | Sequence[str] | None = None,
 ) -> list[WorkerView]:  # fmt: skip
-    """Failover order: preferred (if not overloaded), then rendezvous order, bounded."""
+    """Failover order: preferred workers (in their order) if not overloaded, then rendezvous
+    order; a worker over the load bound or the KV pressure threshold goes to the back."""
     if not workers:
         return []
     ranked = rendezvous_order(key, workers)
-    if preferred is not None:
-        ranked.sort(key=lambda w: w.name != preferred)
+    if preferred:
+        first = (preferred,) if isinstance(preferred, str) else tuple(preferred)
+        ranked.sort(key=lambda w: first.index(w.name) if w.name in first else len(first))
     total = sum(inflight.get(w.name, 0) for w in workers) + 1
-    bound = (1 + EPSILON) * total / len(workers)
+    # The ceiling is the bound of Mirrokni et al.: with few requests in flight, a plain
+    # (1 + ε) × average would already turn away a worker at the average.
+    bound = math.ceil((1 + EPSILON) * total / len(workers))
     cool = [w for w in ranked if w.kv_usage < PRESSURE]
     pool = cool or ranked
-    within = [w for w in pool if inflight.get(w.name, 0) + 1 <= max(bound, 1)]
+    within = [w for w in pool if inflight.get(w.name, 0) + 1 <= bound]
     rest = [w for w in ranked if w not in within]
     return within + rest
 

@@ -1,7 +1,8 @@
-"""Talking to vLLM-protocol workers: one pooled async HTTP client, SSE pass-through."""
+"""Talking to vLLM-protocol workers: pooled async HTTP clients, SSE pass-through."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -9,26 +10,63 @@ from typing import Any
 import httpx
 from django.conf import settings
 
-_client: httpx.AsyncClient | None = None
+# httpcore's pool visits every pooled connection (a poll() on each idle socket) when a
+# request starts and when it ends, so one pool's cost per request grows with the number
+# of requests in flight (encode/httpcore#928, #1035). Requests take turns over a few
+# small pools instead; together they hold the same connection limits as one pool did.
+POOL_SHARDS = 16
+MAX_CONNECTIONS = 1024
+MAX_KEEPALIVE_CONNECTIONS = 256
 
 
-def client() -> httpx.AsyncClient:
-    """The process's pooled client (created on first use, on the serving event loop)."""
-    global _client
-    if _client is None:
+class Pool:
+    """One connection pool: a client that builds requests (its default headers, the
+    upstream timeout) and the transport that sends them.
+
+    Requests go straight to the transport: ``AsyncClient.send`` would add redirect, auth
+    and cookie handling the gateway never uses (its cookie jar would even carry one
+    worker's cookies to every later request), about a quarter of httpx's cost per call.
+    """
+
+    def __init__(self, timeout: httpx.Timeout, limits: httpx.Limits) -> None:
+        self.transport = httpx.AsyncHTTPTransport(limits=limits)
+        self.client = httpx.AsyncClient(timeout=timeout, transport=self.transport)
+
+    async def post(self, url: str, *, json: dict, headers: dict) -> httpx.Response:
+        """Send; the response's body is not read yet (``aread``/``aiter_bytes``, ``aclose``)."""
+        parsed = _urls.get(url)
+        if parsed is None:  # workers x paths: a handful, parsed once rather than per request
+            if len(_urls) > 10_000:  # workers re-registered on new ports, many times over
+                _urls.clear()
+            parsed = _urls[url] = httpx.URL(url)
+        request = self.client.build_request("POST", parsed, json=json, headers=headers)
+        return await self.transport.handle_async_request(request)
+
+
+_urls: dict[str, httpx.URL] = {}
+
+
+_pools: list[Pool] = []
+_turn = itertools.count()
+
+
+def pool() -> Pool:
+    """One of the process's connection pools, in turn (created on first use)."""
+    if not _pools:
         timeout = httpx.Timeout(settings.CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS, connect=5.0)
-        _client = httpx.AsyncClient(
-            timeout=timeout,
-            limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+        limits = httpx.Limits(
+            max_connections=MAX_CONNECTIONS // POOL_SHARDS,
+            max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS // POOL_SHARDS,
         )
-    return _client
+        _pools.extend(Pool(timeout, limits) for _ in range(POOL_SHARDS))
+    return _pools[next(_turn) % POOL_SHARDS]
 
 
 async def reset_client() -> None:
-    global _client
-    if _client is not None:
-        await _client.aclose()
-        _client = None
+    pools = list(_pools)
+    _pools.clear()
+    for closing in pools:
+        await closing.client.aclose()  # closes its transport too
 
 
 def parse_sse_event(event: bytes) -> dict[str, Any] | None:

@@ -1,4 +1,4 @@
-"""Appending audit events.
+"""Appending audit events (exports, digests and signing keys: the topic modules here).
 
 ``audit_record`` runs inside the caller's transaction: the event commits with the
 change or not at all, and if the audit write fails the change fails (fail closed).

@@ -1,0 +1,62 @@
+"""Domain errors of billing, each with a stable code (documented in the README)."""
+
+from __future__ import annotations
+
+from controlplane.errors import Conflict, DomainError, NotFound, ValidationFailed
+
+
+class InvalidPrice(ValidationFailed):
+    """A rate is negative, not finite, or a required rate is missing."""
+
+    code = "invalid_price"
+
+
+class PriceOverlap(Conflict):
+    """A new price version's range overlaps a live version of the same key."""
+
+    code = "price_overlap"
+
+
+class PriceNotFound(NotFound):
+    """No live price version covers (provider, model) or the pool at that time."""
+
+    code = "price_not_found"
+
+
+class PriceAlreadySuperseded(Conflict):
+    code = "price_superseded"
+
+
+class InvalidUsage(ValidationFailed):
+    """Usage counts that cannot be true (negative, cache tokens above the prompt)."""
+
+    code = "invalid_usage"
+
+
+class InvalidPeriod(ValidationFailed):
+    code = "invalid_period"
+
+
+class InvalidThreshold(ValidationFailed):
+    code = "invalid_threshold"
+
+
+class InvalidBudget(ValidationFailed):
+    """A limit that is not a positive amount, an unknown principal, a bad webhook URL."""
+
+    code = "invalid_budget"
+
+
+class InvalidRange(ValidationFailed):
+    code = "invalid_range"
+
+
+class BudgetExceeded(DomainError):
+    """The request would take a hard budget over its limit; nothing was done."""
+
+    code = "budget_exceeded"
+    http_status = 402
+
+
+class ReservationClosed(Conflict):
+    code = "reservation_closed"

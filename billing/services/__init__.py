@@ -1,0 +1,55 @@
+"""Writes of billing; see the topic modules.
+
+What other apps call (the gateway, the caches app):
+
+- ``usage_record(tenant=, request_id=, provider=, model=, occurred_at=, prompt_tokens=,
+  cached_read_tokens=, cache_write_5m_tokens=, cache_write_1h_tokens=, output_tokens=,
+  ttft_ms=, latency_ms=, status=, api_key_id=, principal_id=, cache_id=, worker=, pool=,
+  stream=)``: one Redis RPUSH per request;
+- ``budget_reserve(tenant=, principal=, estimate_micros=, request_id=)`` before the work,
+  then ``budget_settle(reservation=, actual_micros=)`` or ``budget_release(reservation=)``;
+- ``budget_reserve_cache_storage(...)`` before creating a cache;
+- ``storage_accrue(tenant=, cache_id=, provider=, model=, tokens=, start=, end=)`` from
+  the caches app's beat task.
+"""
+
+from billing.services.budget_crud import (
+    budget_archive,
+    budget_create,
+    budget_rotate_secret,
+    budget_update,
+)
+from billing.services.budgets import (
+    budget_release,
+    budget_reservations_expire,
+    budget_reserve,
+    budget_reserve_cache_storage,
+    budget_settle,
+)
+from billing.services.prices import (
+    model_price_correct,
+    model_price_create,
+    pool_price_correct,
+    pool_price_create,
+)
+from billing.services.storage import storage_accrue
+from billing.services.usage import usage_flush, usage_record
+
+__all__ = [
+    "budget_archive",
+    "budget_create",
+    "budget_release",
+    "budget_reservations_expire",
+    "budget_reserve",
+    "budget_reserve_cache_storage",
+    "budget_rotate_secret",
+    "budget_settle",
+    "budget_update",
+    "model_price_correct",
+    "model_price_create",
+    "pool_price_correct",
+    "pool_price_create",
+    "storage_accrue",
+    "usage_flush",
+    "usage_record",
+]

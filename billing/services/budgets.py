@@ -1,0 +1,304 @@
+"""Budgets: race-free reservations, settlement, alerts, expiry of forgotten holds.
+
+Reservation algorithm (the hard limit holds before any work is done):
+1. find the tenant's active budgets that apply to the caller (tenant-wide, plus the
+   caller's service-account budget) and whose period covers now; make sure each has a
+   ``BudgetPeriod`` row (``INSERT ... ON CONFLICT DO NOTHING``, seeded with the ledger's
+   spend so far when a budget starts mid-period);
+2. in one transaction, insert the reservation (unique per ``(tenant, request_id)``: a
+   replay returns the first reservation) and, period by period in id order (a fixed
+   lock order, so no deadlocks), run one conditional statement::
+
+       UPDATE billing_budgetperiod SET reserved_micros = reserved_micros + x
+       WHERE id = p AND (NOT hard_limit OR spent_micros + reserved_micros + x <= limit_micros)
+
+   PostgreSQL serializes writers on the row and re-checks the condition against the
+   latest committed version, so N concurrent requests can never reserve past the limit;
+   a refusal rolls back every hold already taken and raises ``budget_exceeded`` (402);
+3. settlement moves the hold to ``spent_micros`` with the actual cost (which may exceed
+   the estimate: the work was done), release drops it, and a beat task expires holds
+   nobody came back for.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from functools import partial
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from audit.models import Outcome
+from audit.services import audit_record
+from billing.errors import BudgetExceeded, InvalidUsage
+from billing.models import (
+    Budget,
+    BudgetAlert,
+    BudgetPeriod,
+    BudgetReservation,
+    ReservationState,
+    WebhookState,
+)
+from billing.services.budget_crud import (  # noqa: F401 - the gateway imports these here
+    DEFAULT_THRESHOLDS,
+    budget_archive,
+    budget_create,
+    budget_rotate_secret,
+    budget_update,
+)
+from billing.services.budget_periods import budget_period_ensure, period_bounds
+from billing.services.storage import storage_estimate_micros
+from tenants.actor import Actor, AuthMethod
+from tenants.models import Principal, Tenant
+
+CACHE_RESERVATION_GRACE = timedelta(hours=1)
+
+
+def _applicable_budgets(*, tenant: Tenant, principal_id: object, at: datetime) -> list[Budget]:
+    qs = Budget.objects.filter(tenant=tenant, archived_at__isnull=True)
+    if principal_id is None:
+        qs = qs.filter(principal__isnull=True)
+    else:
+        qs = qs.filter(Q(principal__isnull=True) | Q(principal_id=principal_id))
+    return [b for b in qs if period_bounds(b, at) is not None]
+
+
+# --- Reservations --------------------------------------------------------------------
+
+
+def _denial_actor(principal: Principal | None) -> Actor:
+    return Actor(principal=principal, auth_method=AuthMethod.SYSTEM, user_agent="billing")
+
+
+def budget_reserve(
+    *,
+    tenant: Tenant,
+    principal: Principal | None,
+    estimate_micros: int,
+    request_id: str,
+    ttl: timedelta | None = None,
+    kind: str = "request",
+    actor: Actor | None = None,
+) -> BudgetReservation:
+    """Hold ``estimate_micros`` on every budget that applies, or refuse (before any work).
+
+    Returns the reservation (unsaved, holding nothing, when no budget applies). A replay
+    of ``request_id`` returns the first reservation. Raises BudgetExceeded (402) when a
+    hard budget would go over its limit; the refusal is audited (outcome ``denied``).
+    Not audited on success: this is the per-request hot path; the ledger records it.
+    """
+    if not isinstance(estimate_micros, int) or estimate_micros < 0:
+        raise InvalidUsage("estimate_micros must be a non-negative integer.")
+    if not request_id or len(request_id) > 128:
+        raise InvalidUsage("request_id must be 1-128 characters.")
+    now = timezone.now()
+    ttl = ttl or timedelta(seconds=settings.CACHEPLANE_BILLING_RESERVATION_TTL_SECONDS)
+    principal_id = principal.pk if principal is not None else None
+    budgets = _applicable_budgets(tenant=tenant, principal_id=principal_id, at=now)
+    reservation = BudgetReservation(
+        tenant=tenant, principal_id=principal_id, request_id=request_id, kind=kind,
+        amount_micros=estimate_micros, expires_at=now + ttl,
+    )  # fmt: skip
+    if not budgets:
+        return reservation
+    periods = sorted(
+        (p for p in (budget_period_ensure(budget=b, at=now) for b in budgets) if p is not None),
+        key=lambda p: p.pk,
+    )
+    reservation.period_ids = [p.pk for p in periods]
+    refused: BudgetPeriod | None = None
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                reservation.save(force_insert=True)
+        except IntegrityError:
+            # A replay (or a concurrent duplicate, which waited for the first to commit).
+            return BudgetReservation.objects.get(tenant=tenant, request_id=request_id)
+        with connection.cursor() as cursor:
+            for period in periods:
+                cursor.execute(
+                    "UPDATE billing_budgetperiod SET reserved_micros = reserved_micros + %s "
+                    "WHERE id = %s AND (NOT hard_limit OR "
+                    "spent_micros + reserved_micros + %s <= limit_micros) RETURNING id",
+                    [estimate_micros, period.pk, estimate_micros],
+                )
+                if cursor.fetchone() is None:
+                    refused = period
+                    break
+        if refused is not None:
+            transaction.set_rollback(True)
+    if refused is None:
+        return reservation
+    refused.refresh_from_db()
+    details = {
+        "budget": str(refused.budget_id),
+        "limit_micros": refused.limit_micros,
+        "spent_micros": refused.spent_micros,
+        "reserved_micros": refused.reserved_micros,
+        "estimate_micros": estimate_micros,
+    }
+    with transaction.atomic():
+        audit_record(
+            actor=actor or _denial_actor(principal), action="billing.budget.exceeded",
+            tenant=tenant, outcome=Outcome.DENIED, target_type="budget",
+            target_id=str(refused.budget_id), details={**details, "request_id": request_id},
+        )  # fmt: skip
+    raise BudgetExceeded("The request would exceed the budget's hard limit.", details=details)
+
+
+def budget_reserve_cache_storage(
+    *,
+    tenant: Tenant,
+    principal: Principal | None,
+    request_id: str,
+    provider: str,
+    model: str,
+    tokens: int,
+    ttl: timedelta,
+    pool: str = "",
+    actor: Actor | None = None,
+) -> BudgetReservation:
+    """Reserve the storage cost of a cache for its requested TTL (before creating it).
+
+    The hold lasts the TTL plus a grace hour; the caches app settles it with the accrued
+    storage when the cache ends (or releases it if creation fails). Raises
+    BudgetExceeded, PriceNotFound.
+    """
+    estimate = storage_estimate_micros(
+        provider=provider, model=model, pool=pool, tokens=tokens, ttl=ttl, at=timezone.now()
+    )
+    return budget_reserve(
+        tenant=tenant, principal=principal, estimate_micros=estimate, request_id=request_id,
+        ttl=ttl + CACHE_RESERVATION_GRACE, kind="cache_storage", actor=actor,
+    )  # fmt: skip
+
+
+def _move(reservation: BudgetReservation, *, release: int, spend: int) -> list[dict]:
+    """Apply -release to reserved and +spend to spent on each period; return the rows."""
+    moved = []
+    with connection.cursor() as cursor:
+        for period_id in sorted(reservation.period_ids):
+            cursor.execute(
+                "UPDATE billing_budgetperiod SET reserved_micros = reserved_micros - %s, "
+                "spent_micros = spent_micros + %s WHERE id = %s "
+                "RETURNING id, budget_id, spent_micros, limit_micros",
+                [release, spend, period_id],
+            )
+            row = cursor.fetchone()
+            if row is not None:
+                moved.append(
+                    {"period_id": row[0], "budget_id": row[1], "old_spent": row[2] - spend,
+                     "new_spent": row[2], "limit": row[3]}
+                )  # fmt: skip
+    return moved
+
+
+def budget_settle(*, reservation: BudgetReservation, actual_micros: int) -> BudgetReservation:
+    """Charge the actual cost and drop the hold (idempotent: a second settle is a no-op).
+
+    A settle after the sweeper expired the hold still charges the actual cost (the work
+    was done). Thresholds crossed by the new spend raise alerts (once per threshold and
+    period) in the same transaction; webhooks go out after commit.
+    """
+    if not isinstance(actual_micros, int) or actual_micros < 0:
+        raise InvalidUsage("actual_micros must be a non-negative integer.")
+    if reservation._state.adding:  # no budget applied: nothing is held
+        reservation.state = ReservationState.SETTLED
+        reservation.actual_micros = actual_micros
+        return reservation
+    with transaction.atomic():
+        locked = BudgetReservation.objects.select_for_update().get(pk=reservation.pk)
+        if locked.state in (ReservationState.SETTLED, ReservationState.RELEASED):
+            return locked
+        release = locked.amount_micros if locked.state == ReservationState.HELD else 0
+        moved = _move(locked, release=release, spend=actual_micros)
+        locked.state = ReservationState.SETTLED
+        locked.actual_micros = actual_micros
+        locked.finished_at = timezone.now()
+        locked.save(update_fields=["state", "actual_micros", "finished_at"])
+        _alerts_raise(tenant_id=locked.tenant_id, moved=moved)
+    return locked
+
+
+def budget_release(*, reservation: BudgetReservation) -> BudgetReservation:
+    """Drop a hold without charging (the request failed before costing anything)."""
+    if reservation._state.adding:
+        reservation.state = ReservationState.RELEASED
+        return reservation
+    with transaction.atomic():
+        locked = BudgetReservation.objects.select_for_update().get(pk=reservation.pk)
+        if locked.state != ReservationState.HELD:
+            return locked
+        _move(locked, release=locked.amount_micros, spend=0)
+        locked.state = ReservationState.RELEASED
+        locked.finished_at = timezone.now()
+        locked.save(update_fields=["state", "finished_at"])
+    return locked
+
+
+def budget_reservations_expire(*, now: datetime | None = None, limit: int | None = None) -> int:
+    """Release up to ``limit`` holds past their expiry; returns how many (0: nothing due).
+
+    ``FOR UPDATE SKIP LOCKED`` lets concurrent sweepers split the work and never waits
+    on a reservation being settled right now.
+    """
+    now = now or timezone.now()
+    limit = limit or settings.CACHEPLANE_BILLING_EXPIRE_BATCH
+    with transaction.atomic():
+        due = list(
+            BudgetReservation.objects.select_for_update(skip_locked=True)
+            .filter(state=ReservationState.HELD, expires_at__lt=now)
+            .order_by("expires_at")[:limit]
+        )
+        for reservation in due:
+            _move(reservation, release=reservation.amount_micros, spend=0)
+        BudgetReservation.objects.filter(pk__in=[r.pk for r in due]).update(
+            state=ReservationState.EXPIRED, finished_at=now
+        )
+    return len(due)
+
+
+# --- Alerts --------------------------------------------------------------------------
+
+
+def _alerts_raise(*, tenant_id: object, moved: list[dict]) -> list[BudgetAlert]:
+    """Insert one alert per threshold newly crossed (the unique key makes it once only)."""
+    raised: list[BudgetAlert] = []
+    crossing = [m for m in moved if m["new_spent"] > m["old_spent"]]
+    if not crossing:
+        return raised
+    budgets = Budget.objects.in_bulk([m["budget_id"] for m in crossing])
+    for m in crossing:
+        budget = budgets[m["budget_id"]]
+        for threshold in sorted(budget.thresholds):
+            # Integer comparison: spent/limit >= t% without any float.
+            if not m["old_spent"] * 100 < threshold * m["limit"] <= m["new_spent"] * 100:
+                continue
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "INSERT INTO billing_budgetalert (id, tenant_id, budget_id, period_id, "
+                    "threshold, spent_micros, limit_micros, created_at, webhook_state, "
+                    "webhook_attempts, webhook_last_error) "
+                    "VALUES (gen_random_uuid(), %s, %s, %s, %s, %s, %s, now(), %s, 0, '') "
+                    "ON CONFLICT (tenant_id, period_id, threshold) DO NOTHING RETURNING id",
+                    [tenant_id, budget.pk, m["period_id"], threshold, m["new_spent"], m["limit"],
+                     WebhookState.PENDING if budget.webhook_url else WebhookState.NONE],
+                )  # fmt: skip
+                row = cursor.fetchone()
+            if row is None:
+                continue
+            alert = BudgetAlert.objects.select_related("tenant").get(pk=row[0])
+            audit_record(
+                actor=Actor.system("billing"), action="billing.budget.threshold_crossed",
+                tenant=alert.tenant, target_type="budget", target_id=str(budget.pk),
+                details={"threshold": threshold, "spent_micros": m["new_spent"],
+                         "limit_micros": m["limit"], "alert": str(alert.pk)},
+            )  # fmt: skip
+            if budget.webhook_url:
+                from billing.tasks import budget_alert_deliver_task
+
+                transaction.on_commit(partial(budget_alert_deliver_task.delay, str(alert.pk)))
+            raised.append(alert)
+    return raised

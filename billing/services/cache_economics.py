@@ -1,0 +1,99 @@
+"""The economic TTL policy applied to a cache object (called by the caches app).
+
+``caches.services.economics`` imports ``cache_should_extend`` when billing is present.
+The cache is read duck-typed (``tenant``, ``provider``, ``model``, ``token_count``,
+``query_rate_ewma`` in queries per hour, ``last_hit_at``, ``expire_at``, ``ttl_seconds``
+and optionally ``pool``) so billing does not import the caches app.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from billing import ttl_policy
+from billing.models import BudgetPeriod, Provider
+from billing.pricing import MICROS_PER_USD
+from billing.selectors.prices import (
+    model_price_resolve,
+    pool_price_resolve,
+    pool_rates,
+    token_rates,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def tenant_budget_used_fraction(*, tenant_id: object, at: datetime) -> Decimal:
+    """The highest (spent + reserved) / limit over the tenant's current budget periods."""
+    used = Decimal(0)
+    for spent, reserved, limit in BudgetPeriod.objects.filter(
+        tenant_id=tenant_id, period_start__lte=at, period_end__gt=at,
+        budget__archived_at__isnull=True,
+    ).values_list("spent_micros", "reserved_micros", "limit_micros"):  # fmt: skip
+        if limit > 0:
+            used = max(used, Decimal(spent + reserved) / Decimal(limit))
+    return used
+
+
+def cache_economics_for(*, cache: Any, at: datetime) -> ttl_policy.CacheEconomics | None:
+    """The per-1M-token miss, hit and storage prices of a cache, or None if unpriced."""
+    tokens = getattr(cache, "token_count", None)
+    if not tokens:
+        return None
+    if cache.provider == Provider.VLLM:
+        pool = getattr(cache, "pool", "") or ""
+        price = pool_price_resolve(pool=pool, at=at) if pool else None
+        if price is None:
+            return None
+        rates = pool_rates(price)
+        prefill = Decimal(rates.prefill_micros(1_000_000)) / MICROS_PER_USD
+        storage = (
+            Decimal(rates.blocks_for(1_000_000)) * rates.gpu_hour_usd / rates.kv_blocks_per_gpu
+        )
+        return ttl_policy.CacheEconomics(int(tokens), prefill, Decimal(0), storage)
+    price = model_price_resolve(provider=cache.provider, model=cache.model, at=at)
+    if price is None:
+        return None
+    rates = token_rates(price).for_prompt(int(tokens))
+    return ttl_policy.CacheEconomics(
+        int(tokens), rates.input, rates.cached_input, rates.storage_per_hour
+    )
+
+
+def cache_ttl_decision(*, cache: Any, now: datetime) -> ttl_policy.TtlDecision | None:
+    """The policy's decision for one cache now, or None when it cannot be priced."""
+    economics = cache_economics_for(cache=cache, at=now)
+    if economics is None:
+        return None
+    last_hit = getattr(cache, "last_hit_at", None)
+    rate = ttl_policy.ewma_decay(
+        rate_per_hour=float(getattr(cache, "query_rate_ewma", 0.0) or 0.0),
+        last_at=last_hit, now=now,
+    )  # fmt: skip
+    expire_at = getattr(cache, "expire_at", None)
+    remaining = int((expire_at - now).total_seconds()) if expire_at else 0
+    return ttl_policy.ttl_decision(
+        rate_per_hour=rate,
+        economics=economics,
+        remaining_ttl_seconds=max(remaining, 0),
+        window_seconds=int(getattr(cache, "ttl_seconds", 0) or 300),
+        budget_used_fraction=tenant_budget_used_fraction(tenant_id=cache.tenant_id, at=now),
+        idle_seconds=(now - last_hit).total_seconds() if last_hit else None,
+    )
+
+
+def cache_should_extend(*, cache: Any, now: datetime) -> bool:
+    """True when keeping the cache for another TTL is expected to save money.
+
+    Unpriced caches (no token count, or no price for the model/pool) keep the caches
+    app's previous rule: extend while used within the last TTL at a positive rate.
+    """
+    decision = cache_ttl_decision(cache=cache, now=now)
+    if decision is None:
+        last_hit = getattr(cache, "last_hit_at", None)
+        recent = last_hit is not None and (now - last_hit).total_seconds() < cache.ttl_seconds
+        return recent and (getattr(cache, "query_rate_ewma", 0.0) or 0.0) > 0
+    return decision.action == ttl_policy.EXTEND

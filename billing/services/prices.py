@@ -1,0 +1,359 @@
+"""Editing the price book: new versions and corrections, never rewriting history.
+
+Rules (one per key, i.e. (provider, model) or a pool):
+- Live versions' ranges ``[effective_from, effective_to)`` never overlap (an exclusion
+  constraint backs the check below against concurrent writers).
+- A **change** adds a version. Its range may overlap exactly one live version: the
+  open-ended current one, provided the change starts now or later and after it; that
+  version is then closed at the change's start (the only column of an existing version a
+  change writes). Anything else that overlaps is rejected with ``price_overlap``; a
+  back-dated change is rejected, since it would alter prices already charged.
+- A **correction** replaces a mistaken version's rates over its exact range: the old
+  version is kept and marked superseded, the new one takes its place, and
+  ``cacheplane billing reprice --since ...`` then recomputes the affected usage.
+Every write is audited on the platform chain in the same transaction.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from audit.services import audit_record
+from billing.errors import InvalidPrice, PriceAlreadySuperseded, PriceOverlap
+from billing.models import ModelPrice, PoolPrice, PriceVersionBase, Provider
+from tenants.actor import Actor
+
+MODEL_RATE_FIELDS = (
+    "input_per_mtok",
+    "cached_input_per_mtok",
+    "cache_write_5m_per_mtok",
+    "cache_write_1h_per_mtok",
+    "storage_per_mtok_hour",
+    "output_per_mtok",
+)
+MODEL_LONG_FIELDS = (
+    "long_input_per_mtok",
+    "long_cached_input_per_mtok",
+    "long_cache_write_5m_per_mtok",
+    "long_cache_write_1h_per_mtok",
+    "long_output_per_mtok",
+)
+POOL_FIELDS = (
+    "gpu_hour_usd",
+    "prefill_tokens_per_gpu_second",
+    "decode_tokens_per_gpu_second",
+    "kv_blocks_per_gpu",
+    "kv_block_tokens",
+)
+MAX_RATE = Decimal("1000000")  # USD per 1M tokens; anything above is a typo
+
+
+def _decimal(name: str, value: Any, *, positive: bool = False, places: int = 6) -> Decimal:
+    try:
+        number = value if isinstance(value, Decimal) else Decimal(str(value))
+    except (InvalidOperation, ValueError, TypeError):
+        raise InvalidPrice(f"{name} is not a number.", details={"field": name}) from None
+    if not number.is_finite():
+        raise InvalidPrice(f"{name} must be finite.", details={"field": name})
+    if number < 0 or (positive and number == 0):
+        raise InvalidPrice(
+            f"{name} must be {'positive' if positive else 'zero or more'}.",
+            details={"field": name, "value": str(number)},
+        )
+    if number > MAX_RATE:
+        raise InvalidPrice(f"{name} is implausibly large.", details={"field": name})
+    if number != number.quantize(Decimal(1).scaleb(-places)):
+        raise InvalidPrice(
+            f"{name} has more than {places} decimal places.", details={"field": name}
+        )
+    return number
+
+
+def model_rates_clean(rates: dict[str, Any]) -> dict[str, Any]:
+    """Validate and complete a model price's rates.
+
+    ``input_per_mtok``, ``cached_input_per_mtok`` and ``output_per_mtok`` are required;
+    cache writes default to the input rate (no write premium: Vertex, OpenAI before
+    GPT-5.6), storage to zero. With ``long_threshold_tokens`` the long-tier input, cached
+    input and output rates are required, long-tier writes default to the long input rate.
+    """
+    clean: dict[str, Any] = {}
+    for name in ("input_per_mtok", "cached_input_per_mtok", "output_per_mtok"):
+        if rates.get(name) is None:
+            raise InvalidPrice(f"{name} is required.", details={"field": name})
+        clean[name] = _decimal(name, rates[name])
+    for name in ("cache_write_5m_per_mtok", "cache_write_1h_per_mtok"):
+        raw = rates.get(name)
+        clean[name] = clean["input_per_mtok"] if raw is None else _decimal(name, raw)
+    raw_storage = rates.get("storage_per_mtok_hour")
+    clean["storage_per_mtok_hour"] = (
+        Decimal(0) if raw_storage is None else _decimal("storage_per_mtok_hour", raw_storage)
+    )
+    threshold = rates.get("long_threshold_tokens")
+    if threshold is None:
+        if any(rates.get(name) is not None for name in MODEL_LONG_FIELDS):
+            raise InvalidPrice("Long-tier rates need long_threshold_tokens.")
+        clean.update(dict.fromkeys(("long_threshold_tokens", *MODEL_LONG_FIELDS)))
+        return clean
+    if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold <= 0:
+        raise InvalidPrice("long_threshold_tokens must be a positive integer.")
+    clean["long_threshold_tokens"] = threshold
+    for name in ("long_input_per_mtok", "long_cached_input_per_mtok", "long_output_per_mtok"):
+        if rates.get(name) is None:
+            raise InvalidPrice(f"{name} is required with a long tier.", details={"field": name})
+        clean[name] = _decimal(name, rates[name])
+    for name in ("long_cache_write_5m_per_mtok", "long_cache_write_1h_per_mtok"):
+        raw = rates.get(name)
+        clean[name] = clean["long_input_per_mtok"] if raw is None else _decimal(name, raw)
+    return clean
+
+
+def pool_rates_clean(rates: dict[str, Any]) -> dict[str, Any]:
+    """Validate a pool price: a GPU-hour price and positive throughput assumptions."""
+    clean: dict[str, Any] = {}
+    for name in POOL_FIELDS:
+        if rates.get(name) is None and name != "kv_block_tokens":
+            raise InvalidPrice(f"{name} is required.", details={"field": name})
+    clean["gpu_hour_usd"] = _decimal("gpu_hour_usd", rates["gpu_hour_usd"])
+    for name in ("prefill_tokens_per_gpu_second", "decode_tokens_per_gpu_second"):
+        clean[name] = _decimal(name, rates[name], positive=True, places=3)
+    for name, default in (("kv_blocks_per_gpu", None), ("kv_block_tokens", 16)):
+        value = rates.get(name, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise InvalidPrice(f"{name} must be a positive integer.", details={"field": name})
+        clean[name] = value
+    return clean
+
+
+def _lock_key(kind: str, key: dict[str, str]) -> None:
+    # Serializes writers of one key so the overlap check and the version number are
+    # decided on a stable set of rows (the exclusion constraint is the backstop).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+            [f"billing.price:{kind}:" + ":".join(key.values())],
+        )
+
+
+def _overlaps(a_from: datetime, a_to: datetime | None, b_from: datetime, b_to: datetime | None):  # noqa: ANN202
+    return (b_to is None or a_from < b_to) and (a_to is None or b_from < a_to)
+
+
+def _snapshot(price: PriceVersionBase, fields: tuple[str, ...]) -> dict[str, Any]:
+    data = {name: getattr(price, name) for name in fields}
+    data.update(
+        version=price.version,
+        effective_from=price.effective_from,
+        effective_to=price.effective_to,
+    )
+    # JSON-safe for the audit row: decimals and times as strings, exactly as stored.
+    return {name: _jsonable(value) for name, value in data.items()}
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, int | str):
+        return value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def _version_create(
+    *,
+    cls: type[PriceVersionBase],
+    key: dict[str, str],
+    values: dict[str, Any],
+    actor: Actor,
+    effective_from: datetime | None,
+    effective_to: datetime | None,
+    source: str,
+    note: str,
+    audit_action: str,
+) -> PriceVersionBase:
+    now = timezone.now()
+    start = effective_from or now
+    if effective_to is not None and effective_to <= start:
+        raise PriceOverlap("effective_to must be after effective_from.")
+    if not source.strip():
+        raise InvalidPrice("source is required: say where this price comes from.")
+    fields = tuple(values)
+    with transaction.atomic():
+        _lock_key(cls.__name__, key)
+        live = list(
+            cls.objects.filter(**key, superseded_at__isnull=True).order_by("effective_from")
+        )
+        clashing = [
+            v for v in live if _overlaps(start, effective_to, v.effective_from, v.effective_to)
+        ]
+        truncated = None
+        if clashing:
+            current = clashing[0]
+            truncatable = (
+                len(clashing) == 1
+                and current.effective_to is None
+                and current.effective_from < start
+                and start >= now
+            )
+            if not truncatable:
+                raise PriceOverlap(
+                    "The new price overlaps an existing version; a change must start now or "
+                    "later and after the current version (use a correction to fix history).",
+                    details={"overlaps": [v.version for v in clashing]},
+                )
+            truncated = current
+            truncated.effective_to = start
+            truncated.save(update_fields=["effective_to"])
+        version = (cls.objects.filter(**key).aggregate(v=Max("version"))["v"] or 0) + 1
+        try:
+            with transaction.atomic():
+                price = cls.objects.create(
+                    **key, **values, version=version, effective_from=start,
+                    effective_to=effective_to, source=source, note=note,
+                    created_by=actor.principal,
+                )  # fmt: skip
+        except IntegrityError:
+            raise PriceOverlap("A concurrent change overlaps this price version.") from None
+        price.refresh_from_db()  # the audit row records values exactly as stored
+        audit_record(
+            actor=actor,
+            action=audit_action,
+            tenant=None,
+            target_type=cls.__name__.lower(),
+            target_id=str(price.pk),
+            changes={
+                name: {"before": None, "after": after}
+                for name, after in _snapshot(price, fields).items()
+            },
+            details={
+                **key,
+                "source": source,
+                "closed_version": truncated.version if truncated else None,
+            },
+        )
+    return price
+
+
+def _version_correct(
+    *,
+    price: PriceVersionBase,
+    values: dict[str, Any],
+    actor: Actor,
+    key: dict[str, str],
+    source: str,
+    note: str,
+    audit_action: str,
+) -> PriceVersionBase:
+    cls = type(price)
+    fields = tuple(values)
+    if not source.strip():
+        raise InvalidPrice("source is required: say where the corrected price comes from.")
+    with transaction.atomic():
+        _lock_key(cls.__name__, key)
+        old = cls.objects.select_for_update().get(pk=price.pk)
+        if old.superseded_at is not None:
+            raise PriceAlreadySuperseded(
+                "This version was already corrected; correct the version that replaced it.",
+                details={"superseded_by": old.superseded_by_id},
+            )
+        old.superseded_at = timezone.now()
+        old.save(update_fields=["superseded_at"])
+        version = (cls.objects.filter(**key).aggregate(v=Max("version"))["v"] or 0) + 1
+        new = cls.objects.create(
+            **key, **values, version=version, effective_from=old.effective_from,
+            effective_to=old.effective_to, source=source, note=note, created_by=actor.principal,
+        )  # fmt: skip
+        old.superseded_by = new
+        old.save(update_fields=["superseded_by"])
+        new.refresh_from_db()
+        before, after = _snapshot(old, fields), _snapshot(new, fields)
+        audit_record(
+            actor=actor,
+            action=audit_action,
+            tenant=None,
+            target_type=cls.__name__.lower(),
+            target_id=str(new.pk),
+            changes={
+                name: {"before": before[name], "after": after[name]}
+                for name in after
+                if before[name] != after[name]
+            },
+            details={**key, "corrects": old.pk, "source": source, "note": note},
+        )
+    return new
+
+
+def model_price_create(
+    *,
+    actor: Actor,
+    provider: str,
+    model: str,
+    rates: dict[str, Any],
+    source: str,
+    effective_from: datetime | None = None,
+    effective_to: datetime | None = None,
+    note: str = "",
+) -> ModelPrice:
+    """Add a price version for (provider, model); see the module rules.
+
+    Raises InvalidPrice, PriceOverlap. Audited as ``billing.price.create``.
+    """
+    if provider not in Provider.values:
+        raise InvalidPrice(f"Unknown provider {provider!r}.", details={"provider": provider})
+    if not model or len(model) > 200:
+        raise InvalidPrice("model must be 1-200 characters.")
+    return _version_create(
+        cls=ModelPrice, key={"provider": provider, "model": model},
+        values=model_rates_clean(rates), actor=actor, effective_from=effective_from,
+        effective_to=effective_to, source=source, note=note,
+        audit_action="billing.price.create",
+    )  # fmt: skip
+
+
+def model_price_correct(
+    *, actor: Actor, price: ModelPrice, rates: dict[str, Any], source: str, note: str = ""
+) -> ModelPrice:
+    """Replace a mistaken version's rates over its range (the old one is kept, superseded).
+
+    Raises InvalidPrice, PriceAlreadySuperseded. Audited as ``billing.price.correct``.
+    """
+    return _version_correct(
+        price=price, values=model_rates_clean(rates), actor=actor,
+        key={"provider": price.provider, "model": price.model}, source=source, note=note,
+        audit_action="billing.price.correct",
+    )  # fmt: skip
+
+
+def pool_price_create(
+    *,
+    actor: Actor,
+    pool: str,
+    rates: dict[str, Any],
+    source: str,
+    effective_from: datetime | None = None,
+    effective_to: datetime | None = None,
+    note: str = "",
+) -> PoolPrice:
+    """Add a GPU price version for a worker pool. Audited as ``billing.pool_price.create``."""
+    if not pool or len(pool) > 100:
+        raise InvalidPrice("pool must be 1-100 characters.")
+    return _version_create(
+        cls=PoolPrice, key={"pool": pool}, values=pool_rates_clean(rates), actor=actor,
+        effective_from=effective_from, effective_to=effective_to, source=source, note=note,
+        audit_action="billing.pool_price.create",
+    )  # fmt: skip
+
+
+def pool_price_correct(
+    *, actor: Actor, price: PoolPrice, rates: dict[str, Any], source: str, note: str = ""
+) -> PoolPrice:
+    """Replace a mistaken pool price over its range. Audited as ``billing.pool_price.correct``."""
+    return _version_correct(
+        price=price, values=pool_rates_clean(rates), actor=actor, key={"pool": price.pool},
+        source=source, note=note, audit_action="billing.pool_price.correct",
+    )  # fmt: skip

@@ -1,0 +1,127 @@
+"""Cache storage accrual: per cache, per clock hour, prorated to the seconds it lived.
+
+Vertex explicit caches pay storage per 1M tokens per hour; on self-hosted pools a pinned
+prefix holds KV blocks, charged as block-hours at the pool's GPU price. The caches app
+reports each live (or just evicted) cache's interval from a beat task; reporting the
+same interval twice, or overlapping intervals, charges each second once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db import connection, transaction
+
+from billing.errors import InvalidRange, InvalidUsage, PriceNotFound
+from billing.models import Provider, StorageAccrual
+from billing.pricing import storage_micros
+from billing.selectors.prices import model_price_resolve, pool_price_resolve, pool_rates
+from tenants.models import Tenant
+
+HOUR = timedelta(hours=1)
+MAX_ACCRUAL_SPAN = timedelta(days=31)
+
+
+def hour_floor(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def _seconds(start: datetime, end: datetime) -> Decimal:
+    delta = end - start
+    return Decimal(delta.days * 86_400 + delta.seconds) + Decimal(delta.microseconds) / 10**6
+
+
+def storage_cost_for(
+    *, provider: str, model: str, pool: str, tokens: int, start: datetime, end: datetime
+) -> tuple[int, int | None, int | None]:
+    """(cost micros, model price id, pool price id) of holding ``tokens`` over [start, end).
+
+    The price is the one effective at ``start`` (an interval never spans more than one
+    hour bucket here). Raises PriceNotFound when none covers it.
+    """
+    seconds = _seconds(start, end)
+    if provider == Provider.VLLM:
+        price = pool_price_resolve(pool=pool, at=start) if pool else None
+        if price is None:
+            raise PriceNotFound(f"No GPU price for pool {pool!r} at {start.isoformat()}.")
+        return pool_rates(price).kv_micros(tokens=tokens, seconds=seconds), None, price.pk
+    model_price = model_price_resolve(provider=provider, model=model, at=start)
+    if model_price is None:
+        raise PriceNotFound(f"No price for {provider}:{model} at {start.isoformat()}.")
+    micros = storage_micros(
+        tokens=tokens, seconds=seconds, rate_per_mtok_hour=model_price.storage_per_mtok_hour
+    )
+    return micros, model_price.pk, None
+
+
+_UPSERT_SQL = """
+INSERT INTO billing_storageaccrual (tenant_id, cache_id, provider, model, pool, tokens, hour,
+  covered_from, covered_to, price_version_id, pool_price_id, cost_micros, updated_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, now())
+ON CONFLICT (tenant_id, cache_id, hour) DO UPDATE SET
+  covered_from = LEAST(billing_storageaccrual.covered_from, EXCLUDED.covered_from),
+  covered_to = GREATEST(billing_storageaccrual.covered_to, EXCLUDED.covered_to),
+  tokens = EXCLUDED.tokens, updated_at = now()
+RETURNING id, covered_from, covered_to
+"""
+
+
+def storage_accrue(
+    *,
+    tenant: Tenant,
+    cache_id: str,
+    provider: str,
+    model: str,
+    tokens: int,
+    start: datetime,
+    end: datetime,
+    pool: str = "",
+) -> list[StorageAccrual]:
+    """Accrue storage of one cache over [start, end), one row per clock hour touched.
+
+    Idempotent per (cache_id, hour): each row covers the union of the intervals reported
+    for that hour (a cache lives one contiguous interval), and its cost is recomputed
+    from the covered seconds, so repeating a call or reporting overlapping intervals
+    never charges a second twice. Pass ``end`` = eviction time (or now) so nothing
+    accrues after eviction. Raises InvalidRange, InvalidUsage, PriceNotFound.
+    """
+    if start.tzinfo is None or end.tzinfo is None:
+        raise InvalidRange("start and end must be timezone-aware.")
+    if end < start or end - start > MAX_ACCRUAL_SPAN:
+        raise InvalidRange("end must follow start, at most 31 days later.")
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+        raise InvalidUsage("tokens must be a non-negative integer.")
+    if provider not in Provider.values or not cache_id or len(cache_id) > 100:
+        raise InvalidUsage("Unknown provider or bad cache_id.")
+    rows: list[StorageAccrual] = []
+    with transaction.atomic():
+        bucket = hour_floor(start)
+        while bucket < end:
+            piece_from, piece_to = max(start, bucket), min(end, bucket + HOUR)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    _UPSERT_SQL,
+                    [tenant.pk, cache_id, provider, model, pool, tokens, bucket, piece_from,
+                     piece_to, None, None, 0],
+                )  # fmt: skip
+                row_id, covered_from, covered_to = cursor.fetchone()
+            micros, price_id, pool_price_id = storage_cost_for(
+                provider=provider, model=model, pool=pool, tokens=tokens,
+                start=covered_from, end=covered_to,
+            )  # fmt: skip
+            StorageAccrual.objects.filter(pk=row_id).update(
+                cost_micros=micros, price_version_id=price_id, pool_price_id=pool_price_id
+            )
+            rows.append(StorageAccrual.objects.get(pk=row_id))
+            bucket += HOUR
+    return rows
+
+
+def storage_estimate_micros(
+    *, provider: str, model: str, tokens: int, ttl: timedelta, at: datetime, pool: str = ""
+) -> int:
+    """Storage cost of keeping ``tokens`` for ``ttl`` at today's price (for reservations)."""
+    return storage_cost_for(
+        provider=provider, model=model, pool=pool, tokens=tokens, start=at, end=at + ttl
+    )[0]

@@ -1,0 +1,404 @@
+"""The usage ledger: recorded on the request path into Redis, flushed to PostgreSQL in batches.
+
+Request path: ``usage_record`` validates the counts and appends one compact message to a
+Redis list (one ``RPUSH``, no SQL). Flush (``usage_flush_task``, every few seconds):
+
+1. a Lua script atomically moves up to ``batch`` messages from the queue into a batch
+   list and registers it (with its claim time) in a sorted set, so a worker that dies
+   mid-flush loses nothing: an unfinished batch is claimed again after its lease;
+2. the batch is priced in memory (the price version effective at each row's
+   ``occurred_at``), ``COPY``ed (binary) into a session-local staging table and moved
+   with ONE statement: ``INSERT ... SELECT FROM stage ON CONFLICT (tenant_id,
+   request_id) DO NOTHING RETURNING ...`` feeding an ``INSERT ... ON CONFLICT DO
+   UPDATE`` that increments the per-minute and per-day rollups for the rows actually
+   inserted. A replayed message is therefore a no-op, rollups included;
+3. after commit the batch list is deleted (a crash in between replays the batch: no-op).
+
+Rollup writers (flush and reprice) take one transaction-level advisory lock, so their
+increments never deadlock or interleave.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+from django.conf import settings
+from django.db import connection, transaction
+
+from billing.errors import InvalidUsage
+from billing.models import Provider, UsageStatus
+from billing.pricing import Cost, UsageCounts, gpu_cost, token_cost
+from billing.selectors.prices import PriceIndex
+from controlplane import ops
+from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+ROLLUP_LOCK = 0x62696C6C  # pg advisory lock id shared by every rollup writer ("bill")
+
+_CLAIM_SCRIPT = """
+local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if #items == 0 then return 0 end
+redis.call('LTRIM', KEYS[1], #items, -1)
+for i = 1, #items, 1000 do
+  redis.call('RPUSH', KEYS[2], unpack(items, i, math.min(i + 999, #items)))
+end
+redis.call('ZADD', KEYS[3], ARGV[2], KEYS[2])
+return #items
+"""
+
+
+class _Message(msgspec.Struct, array_like=True):
+    """One usage row on the wire (positional: small and fast to encode)."""
+
+    tenant_id: str
+    request_id: str
+    at_us: int
+    provider: str
+    model: str
+    worker: str
+    pool: str
+    api_key_id: str | None
+    principal_id: str | None
+    cache_id: str | None
+    prompt_tokens: int
+    cached_read_tokens: int
+    cache_write_5m_tokens: int
+    cache_write_1h_tokens: int
+    output_tokens: int
+    ttft_ms: int | None
+    latency_ms: int | None
+    status: str
+    stream: bool
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(_Message)
+
+
+def queue_key() -> str:
+    return settings.CACHEPLANE_BILLING_USAGE_QUEUE_KEY
+
+
+def _keys() -> tuple[str, str]:
+    base = queue_key()
+    return base, f"{base}:claims"
+
+
+def _optional_uuid(name: str, value: object) -> str | None:
+    if value is None or value == "":
+        return None
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        raise InvalidUsage(f"{name} must be a UUID.", details={"field": name}) from None
+
+
+def _optional_ms(name: str, value: int | None) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**31:
+        raise InvalidUsage(f"{name} must be a non-negative integer.", details={"field": name})
+    return value
+
+
+def usage_message(
+    *,
+    tenant: Tenant,
+    request_id: str,
+    provider: str,
+    model: str,
+    occurred_at: datetime,
+    prompt_tokens: int,
+    cached_read_tokens: int = 0,
+    cache_write_5m_tokens: int = 0,
+    cache_write_1h_tokens: int = 0,
+    output_tokens: int = 0,
+    ttft_ms: int | None = None,
+    latency_ms: int | None = None,
+    status: str = UsageStatus.OK,
+    api_key_id: str | None = None,
+    principal_id: str | None = None,
+    cache_id: str | None = None,
+    worker: str = "",
+    pool: str = "",
+    stream: bool = False,
+) -> bytes:
+    """Validate one request's usage and encode it for the queue (no I/O)."""
+    counts = UsageCounts(
+        prompt_tokens, cached_read_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
+        output_tokens,
+    )  # fmt: skip
+    problems = counts.problems()
+    if any(v >= 2**31 for v in (prompt_tokens, output_tokens) if isinstance(v, int)):
+        problems.append("token counts must be below 2^31")
+    if problems:
+        raise InvalidUsage("; ".join(problems), details={"problems": problems})
+    if provider not in Provider.values:
+        raise InvalidUsage(f"Unknown provider {provider!r}.", details={"provider": provider})
+    if status not in UsageStatus.values:
+        raise InvalidUsage(f"Unknown status {status!r}.", details={"status": status})
+    if not request_id or len(request_id) > 128:
+        raise InvalidUsage("request_id must be 1-128 characters.")
+    if not model or len(model) > 200 or len(worker) > 200 or len(pool) > 100:
+        raise InvalidUsage("model (1-200), worker (200) or pool (100) is too long.")
+    if cache_id is not None and (not cache_id or len(str(cache_id)) > 100):
+        raise InvalidUsage("cache_id must be 1-100 characters.")
+    if occurred_at.tzinfo is None:
+        raise InvalidUsage("occurred_at must be timezone-aware.")
+    delta = occurred_at - EPOCH
+    at_us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return _encoder.encode(
+        _Message(
+            str(tenant.pk), request_id, at_us, provider, model, worker, pool,
+            _optional_uuid("api_key_id", api_key_id),
+            _optional_uuid("principal_id", principal_id),
+            None if cache_id is None else str(cache_id),
+            prompt_tokens, cached_read_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
+            output_tokens, _optional_ms("ttft_ms", ttft_ms),
+            _optional_ms("latency_ms", latency_ms), str(status), bool(stream),
+        )
+    )  # fmt: skip
+
+
+def usage_record(**kwargs) -> None:  # noqa: ANN003 - same keywords as usage_message
+    """Append one request's usage to the ledger queue (one Redis RPUSH, no SQL).
+
+    Keyword-only, the arguments of :func:`usage_message`. Raises InvalidUsage for counts
+    that cannot be true. The row reaches PostgreSQL at the next flush; replaying the same
+    ``(tenant, request_id)`` is harmless.
+    """
+    ops.redis_client().rpush(queue_key(), usage_message(**kwargs))
+
+
+def usage_record_many(messages: list[bytes]) -> None:
+    """Append already-encoded messages in one round trip (batch producers, benchmarks)."""
+    if messages:
+        ops.redis_client().rpush(queue_key(), *messages)
+
+
+@dataclass
+class FlushResult:
+    """What one flush did."""
+
+    batches: int = 0
+    claimed: int = 0
+    inserted: int = 0
+    duplicates: int = 0
+    unpriced: int = 0
+    malformed: int = 0
+    recovered_batches: int = 0
+    skipped: bool = False
+    batch_keys: list[str] = field(default_factory=list)
+
+
+# Rows are COPYed (binary) into a per-session staging table, then moved into the ledger
+# in one statement. Ids travel as text and are cast here (binary COPY would need uuid
+# objects); ON COMMIT DELETE ROWS empties the stage with the transaction.
+_STAGE_COLUMNS = (
+    ("tenant_id", "text"), ("request_id", "text"), ("occurred_at", "timestamptz"),
+    ("provider", "text"), ("model", "text"), ("worker", "text"), ("pool", "text"),
+    ("api_key_id", "text"), ("principal_id", "text"), ("cache_id", "text"),
+    ("prompt_tokens", "int4"), ("cached_read_tokens", "int4"),
+    ("cache_write_5m_tokens", "int4"), ("cache_write_1h_tokens", "int4"),
+    ("output_tokens", "int4"), ("ttft_ms", "int4"), ("latency_ms", "int4"),
+    ("status", "text"), ("stream", "bool"), ("price_version_id", "int8"),
+    ("pool_price_id", "int8"), ("cost_micros", "int8"), ("cost_without_cache_micros", "int8"),
+)  # fmt: skip
+_STAGE_DDL = (
+    "CREATE TEMP TABLE IF NOT EXISTS billing_usage_stage ("
+    + ", ".join(f"{name} {kind}" for name, kind in _STAGE_COLUMNS)
+    + ") ON COMMIT DELETE ROWS"
+)
+_STAGE_COPY = (
+    "COPY billing_usage_stage ("
+    + ", ".join(name for name, _ in _STAGE_COLUMNS)
+    + ") FROM STDIN (FORMAT BINARY)"
+)
+
+_INSERT_SQL = (
+    """
+WITH rows AS (
+  SELECT tenant_id::uuid, request_id, occurred_at, provider, model, worker, pool,
+         api_key_id::uuid, principal_id::uuid, cache_id, prompt_tokens, cached_read_tokens,
+         cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, ttft_ms, latency_ms,
+         status, stream, price_version_id, pool_price_id, cost_micros,
+         cost_without_cache_micros
+  FROM billing_usage_stage
+), ins AS (
+  INSERT INTO billing_usagerecord (
+    tenant_id, request_id, occurred_at, provider, model, worker, pool, api_key_id,
+    principal_id, cache_id, prompt_tokens, cached_read_tokens, cache_write_5m_tokens,
+    cache_write_1h_tokens, output_tokens, ttft_ms, latency_ms, status, stream,
+    price_version_id, pool_price_id, cost_micros, cost_without_cache_micros, recorded_at)
+  SELECT rows.*, now() FROM rows
+  ON CONFLICT (tenant_id, request_id) DO NOTHING
+  RETURNING tenant_id, occurred_at, provider, model, status, prompt_tokens,
+            cached_read_tokens, cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
+            cost_micros, cost_without_cache_micros
+), roll AS (
+  INSERT INTO billing_usagerollup (
+    tenant_id, granularity, bucket, provider, model, requests, error_requests,
+    prompt_tokens, cached_read_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
+    output_tokens, cost_micros, cost_without_cache_micros)
+  SELECT ins.tenant_id, g.granularity, date_trunc(g.granularity, ins.occurred_at, 'UTC'),
+         ins.provider, ins.model, count(*), count(*) FILTER (WHERE ins.status <> 'ok'),
+         sum(ins.prompt_tokens), sum(ins.cached_read_tokens), sum(ins.cache_write_5m_tokens),
+         sum(ins.cache_write_1h_tokens), sum(ins.output_tokens), sum(ins.cost_micros),
+         sum(ins.cost_without_cache_micros)
+  FROM ins CROSS JOIN (VALUES ('minute'), ('day')) AS g(granularity)
+  GROUP BY 1, 2, 3, 4, 5
+  ORDER BY 1, 2, 3, 4, 5
+"""
+    + """
+  ON CONFLICT (tenant_id, granularity, bucket, provider, model) DO UPDATE SET
+    requests = billing_usagerollup.requests + EXCLUDED.requests,
+    error_requests = billing_usagerollup.error_requests + EXCLUDED.error_requests,
+    prompt_tokens = billing_usagerollup.prompt_tokens + EXCLUDED.prompt_tokens,
+    cached_read_tokens = billing_usagerollup.cached_read_tokens + EXCLUDED.cached_read_tokens,
+    cache_write_5m_tokens =
+      billing_usagerollup.cache_write_5m_tokens + EXCLUDED.cache_write_5m_tokens,
+    cache_write_1h_tokens =
+      billing_usagerollup.cache_write_1h_tokens + EXCLUDED.cache_write_1h_tokens,
+    output_tokens = billing_usagerollup.output_tokens + EXCLUDED.output_tokens,
+    cost_micros = billing_usagerollup.cost_micros + EXCLUDED.cost_micros,
+    cost_without_cache_micros =
+      billing_usagerollup.cost_without_cache_micros + EXCLUDED.cost_without_cache_micros
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM roll)
+"""
+)
+
+
+def price_row(
+    index: PriceIndex, m: _Message, at: datetime
+) -> tuple[int | None, int | None, Cost | None]:  # noqa: E501
+    """(model price id, pool price id, cost) of one message, or Nones when unpriced."""
+    counts = UsageCounts(
+        m.prompt_tokens, m.cached_read_tokens, m.cache_write_5m_tokens,
+        m.cache_write_1h_tokens, m.output_tokens,
+    )  # fmt: skip
+    if m.provider == Provider.VLLM:
+        pool_price = index.pool_price(m.pool, at) if m.pool else None
+        if pool_price is None:
+            return None, None, None
+        return None, pool_price.pk, gpu_cost(counts, index.pool_rates(pool_price))
+    price = index.model_price(m.provider, m.model, at)
+    if price is None:
+        return None, None, None
+    return price.pk, None, token_cost(counts, index.rates(price))
+
+
+def _write_batch(messages: list[_Message], result: FlushResult) -> None:
+    index = PriceIndex(
+        models={(m.provider, m.model) for m in messages if m.provider != Provider.VLLM},
+        pools={m.pool for m in messages if m.provider == Provider.VLLM},
+    )
+    rows: list[tuple] = []
+    for m in messages:
+        at = EPOCH + timedelta(microseconds=m.at_us)
+        price_id, pool_price_id, cost = price_row(index, m, at)
+        if cost is None:
+            result.unpriced += 1
+        values = (
+            m.tenant_id, m.request_id, at, m.provider, m.model, m.worker, m.pool, m.api_key_id,
+            m.principal_id, m.cache_id, m.prompt_tokens, m.cached_read_tokens,
+            m.cache_write_5m_tokens, m.cache_write_1h_tokens, m.output_tokens, m.ttft_ms,
+            m.latency_ms, m.status, m.stream, price_id, pool_price_id,
+            cost.micros if cost else 0, cost.without_cache_micros if cost else 0,
+        )  # fmt: skip
+        rows.append(values)
+    with transaction.atomic():
+        connection.ensure_connection()
+        # The raw psycopg cursor: binary COPY (rows encoded in C) and no SQL logging.
+        with connection.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ROLLUP_LOCK])
+            cursor.execute(_STAGE_DDL)
+            with cursor.copy(_STAGE_COPY) as copy:
+                copy.set_types([kind for _, kind in _STAGE_COLUMNS])
+                for row in rows:
+                    copy.write_row(row)
+            cursor.execute(_INSERT_SQL)
+            inserted, _ = cursor.fetchone()
+    result.inserted += inserted
+    result.duplicates += len(messages) - inserted
+
+
+def _flush_batch(batch_key: str, result: FlushResult) -> None:
+    client = ops.redis_client()
+    raw = client.lrange(batch_key, 0, -1)
+    messages = []
+    for item in raw:
+        try:
+            messages.append(_decoder.decode(item))
+        except msgspec.DecodeError:
+            # Written by usage_message only; a message that cannot be read would block the
+            # batch forever, so it is logged and dropped.
+            result.malformed += 1
+            logger.error("billing: dropped a malformed usage message", extra={"raw": item[:200]})
+    if messages:
+        _write_batch(messages, result)
+    # Only after the commit: a crash before this line replays the batch (idempotent).
+    _, claims = _keys()
+    client.delete(batch_key)
+    client.zrem(claims, batch_key)
+    result.batches += 1
+    result.claimed += len(raw)
+    result.batch_keys.append(batch_key)
+
+
+_RELEASE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def usage_flush(*, batch_size: int | None = None, max_batches: int | None = None) -> FlushResult:
+    """Drain the usage queue into the ledger and rollups, at most ``max_batches`` batches.
+
+    Idempotent: replaying any message inserts nothing and increments no rollup. One
+    flush runs at a time (a Redis lock; an overlapping run returns ``skipped``). Batches
+    claimed by a worker that died (older than the lease) are flushed first.
+    """
+    batch_size = batch_size or settings.CACHEPLANE_BILLING_FLUSH_BATCH
+    max_batches = max_batches or settings.CACHEPLANE_BILLING_FLUSH_MAX_BATCHES
+    lease = settings.CACHEPLANE_BILLING_FLUSH_LEASE_SECONDS
+    client = ops.redis_client()
+    queue, claims = _keys()
+    result = FlushResult()
+    lock_key, token = f"{queue}:lock", uuid.uuid4().hex
+    if not client.set(lock_key, token, nx=True, ex=lease):
+        result.skipped = True
+        return result
+    try:
+        stale_before = time.time() - lease
+        for key in client.zrangebyscore(claims, "-inf", stale_before, start=0, num=max_batches):
+            result.recovered_batches += 1
+            try:
+                _flush_batch(key.decode(), result)
+            except Exception:
+                # One batch that keeps failing must not block the queue behind it: it is
+                # retried once per lease (and alerted on through the logs).
+                logger.exception("billing: a recovered usage batch failed", extra={"batch": key})
+                client.zadd(claims, {key: time.time()})
+        claim = client.register_script(_CLAIM_SCRIPT)
+        while result.batches < max_batches:
+            batch_key = f"{queue}:batch:{uuid.uuid4().hex}"
+            if not claim(keys=[queue, batch_key, claims], args=[batch_size, time.time()]):
+                break
+            _flush_batch(batch_key, result)
+    finally:
+        client.register_script(_RELEASE_SCRIPT)(keys=[lock_key], args=[token])
+    return result
+
+
+def usage_queue_depth() -> int:
+    """Messages waiting for the next flush (for /metrics and the console)."""
+    return int(ops.redis_client().llen(queue_key()))
