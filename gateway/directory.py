@@ -58,11 +58,14 @@ class Directory:
             return self.workers
         if self._refreshing is None:
             self._refreshing = asyncio.Lock()
-        if self._refreshing.locked():
+        if self._refreshing.locked() and self.loaded_at:
             return self.workers  # someone else is reloading; use the last snapshot
         async with self._refreshing:
-            self.workers = await sync_to_async(_load_workers, thread_sensitive=False)()
-            self.loaded_at = time.monotonic()
+            # Without any snapshot yet (a cold start), wait for the first load rather
+            # than answer from an empty list (that would be a spurious model_not_found).
+            if time.monotonic() - self.loaded_at >= REFRESH_SECONDS:
+                self.workers = await sync_to_async(_load_workers, thread_sensitive=False)()
+                self.loaded_at = time.monotonic()
         return self.workers
 
     def serving(self, model: str) -> list[WorkerView]:

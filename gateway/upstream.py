@@ -17,6 +17,7 @@ from django.conf import settings
 POOL_SHARDS = 16
 MAX_CONNECTIONS = 1024
 MAX_KEEPALIVE_CONNECTIONS = 256
+_urls: dict[str, httpx.URL] = {}
 
 
 class Pool:
@@ -41,9 +42,6 @@ class Pool:
             parsed = _urls[url] = httpx.URL(url)
         request = self.client.build_request("POST", parsed, json=json, headers=headers)
         return await self.transport.handle_async_request(request)
-
-
-_urls: dict[str, httpx.URL] = {}
 
 
 _pools: list[Pool] = []
