@@ -317,3 +317,34 @@ def test_pool_prices_over_the_api(api, platform_admin) -> None:
                    format="json")  # fmt: skip
     assert bad.status_code == 400 and _error(bad)["code"] == "invalid_price"
     assert api.get("/api/v1/platform/pool-prices").json()["results"][0]["pool"] == "h100-api"
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_under_asgi_the_export_streams_from_an_async_iterator() -> None:
+    """uvicorn serves the API through ASGI: Django would buffer a sync iterator whole."""
+    from asgiref.sync import sync_to_async
+    from django.test import AsyncClient
+
+    from billing.models import UsageRecord
+    from tests.factories import TenantFactory
+
+    def setup():  # noqa: ANN202
+        tenant = TenantFactory(slug="tenant-s")
+        admin = HumanFactory()
+        bind(admin, "tenant.admin", tenant)
+        UsageRecord.objects.bulk_create(
+            UsageRecord(tenant=tenant, request_id=f"r{i}", occurred_at=NOW, provider="openai",
+                        model="gpt-5", prompt_tokens=10, cost_micros=i)
+            for i in range(2_500)
+        )  # fmt: skip
+        return admin
+
+    admin = await sync_to_async(setup)()
+    client = AsyncClient()
+    await client.aforce_login(admin)
+    response = await client.get("/api/v1/tenants/tenant-s/usage/export.csv", WINDOW)
+    assert response.status_code == 200 and response.is_async
+    body = b"".join([part async for part in response.streaming_content]).decode()
+    rows = list(csv.reader(io.StringIO(body)))
+    assert len(rows) == 1 + 2_500 and rows[-1][0] == "request"
