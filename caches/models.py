@@ -102,6 +102,9 @@ class CacheObject(models.Model):
     hit_tokens = models.PositiveBigIntegerField(default=0)
     last_hit_at = models.DateTimeField(null=True, blank=True)
     query_rate_ewma = models.FloatField(default=0.0, help_text="Queries per hour (EWMA).")
+    # The budget hold on the storage cost of the requested TTL (billing), settled with the
+    # accrued storage when the cache ends.
+    budget_reservation_id = models.UUIDField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     activated_at = models.DateTimeField(null=True, blank=True)

@@ -72,3 +72,11 @@ def cache_hits_flush_task() -> None:
     from caches.services.hits import cache_hits_flush
 
     cache_hits_flush()
+
+
+@shared_task(name="caches.tasks.cache_storage_accrue_task")
+def cache_storage_accrue_task() -> None:
+    """Accrue storage cost of recently live caches (idempotent per cache and hour)."""
+    from caches.services.storage import cache_storage_accrue_recent
+
+    cache_storage_accrue_recent()

@@ -68,6 +68,12 @@ BEAT_SCHEDULE: dict[str, dict] = {
         "task": "workers.tasks.workers_probe_task",
         "schedule": timedelta(seconds=5),
     },
+    # Storage accrual: every 10 minutes keeps spend current to the quarter hour; the accrual
+    # is idempotent per cache-hour, so overlapping runs cost nothing extra.
+    "caches-storage-accrue": {
+        "task": "caches.tasks.cache_storage_accrue_task",
+        "schedule": timedelta(minutes=10),
+    },
     "caches-reconcile": {
         "task": "caches.tasks.cache_reconcile_task",
         "schedule": timedelta(minutes=5),

@@ -7,7 +7,9 @@ one transaction, and enqueues the operation's task after commit.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from croniter import croniter
@@ -194,7 +196,11 @@ def cache_create(
     scope = vertex_scope_for_tenant(tenant.pk) if spec.provider == Provider.VERTEX else None
     try:
         with transaction.atomic():
+            cache_id = uuid.uuid4()
+            reservation = _reserve_storage(tenant, actor, spec, content, ttl, cache_id)
             cache = CacheObject.objects.create(
+                id=cache_id,
+                budget_reservation_id=reservation.pk if reservation is not None else None,
                 tenant=tenant,
                 name=spec.name,
                 provider=spec.provider,
@@ -237,6 +243,37 @@ def cache_create(
             return CreateOutcome(operation=existing, created=False)
         raise InvalidState(f"A live cache named {spec.name!r} already exists.") from None
     return CreateOutcome(operation=operation, created=True)
+
+
+def _reserve_storage(
+    tenant: Tenant,
+    actor: Actor,
+    spec: CacheSpec,
+    content: CacheContent,
+    ttl: int,
+    cache_id: uuid.UUID,
+):  # noqa: ANN202 - a BudgetReservation or None
+    """Hold the storage cost of the requested TTL on the tenant's budgets (402 if over).
+
+    Unpriced models (and vLLM pools without a GPU price) hold nothing.
+    """
+    from billing.errors import PriceNotFound
+    from billing.services.budgets import budget_reserve_cache_storage
+
+    tokens = (
+        catalog.vertex_token_estimate(content)
+        if spec.provider == Provider.VERTEX
+        else max(1, len(content.render_prefix()) // 4)
+    )
+    try:
+        reservation = budget_reserve_cache_storage(
+            tenant=tenant, principal=actor.principal, request_id=f"cache:{cache_id}",
+            provider=spec.provider, model=spec.model, tokens=tokens,
+            ttl=timedelta(seconds=ttl), actor=actor,
+        )  # fmt: skip
+    except PriceNotFound:
+        return None
+    return None if reservation._state.adding else reservation
 
 
 def _live_duplicate(tenant: Tenant, spec: CacheSpec, digest: str) -> CacheOperation | None:

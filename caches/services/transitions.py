@@ -30,6 +30,7 @@ def cache_transition(
     if to_state in TERMINAL_STATES:
         cache.ended_at = now
         fields.add("ended_at")
+        _budget_settle(cache)
     cache.save(update_fields=sorted(fields))
     if from_state != to_state:
         CacheTransition.objects.create(
@@ -52,3 +53,23 @@ def cache_transition(
          "expire_at": cache.expire_at.isoformat() if cache.expire_at else None},
     )  # fmt: skip
     return cache
+
+
+def _budget_settle(cache: CacheObject) -> None:
+    """Charge the storage the cache accrued against its hold (release it if none accrued)."""
+    if cache.budget_reservation_id is None:
+        return
+    from django.db.models import Sum
+
+    from billing.models import BudgetReservation, StorageAccrual
+    from billing.services.budgets import budget_release, budget_settle
+
+    reservation = BudgetReservation.objects.filter(pk=cache.budget_reservation_id).first()
+    if reservation is None:
+        return
+    accrued = StorageAccrual.objects.filter(tenant_id=cache.tenant_id, cache_id=str(cache.pk))
+    total = accrued.aggregate(total=Sum("cost_micros"))["total"] or 0
+    if total:
+        budget_settle(reservation=reservation, actual_micros=int(total))
+    else:
+        budget_release(reservation=reservation)
