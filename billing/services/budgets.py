@@ -296,6 +296,12 @@ def _alerts_raise(*, tenant_id: object, moved: list[dict]) -> list[BudgetAlert]:
                 details={"threshold": threshold, "spent_micros": m["new_spent"],
                          "limit_micros": m["limit"], "alert": str(alert.pk)},
             )  # fmt: skip
+            from frontend.events import platform_group, publish_on_commit, tenant_group
+
+            event = {"budget": budget.name, "threshold": threshold, "tenant": alert.tenant.slug,
+                     "spent_micros": m["new_spent"], "limit_micros": m["limit"]}  # fmt: skip
+            publish_on_commit(tenant_group(tenant_id, "alerts"), "billing.alert", event)
+            publish_on_commit(platform_group("alerts"), "billing.alert", event)
             if budget.webhook_url:
                 from billing.tasks import budget_alert_deliver_task
 
