@@ -18,17 +18,7 @@ from billing.models import (
     UsageRecord,
     UsageRollup,
 )
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request) -> bool:  # noqa: ANN001
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:  # noqa: ANN001
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
-        return False
+from controlplane.readonly_admin import ReadOnlyAdmin
 
 
 @admin.register(ModelPrice)

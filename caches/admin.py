@@ -3,7 +3,7 @@
 from django.contrib import admin
 
 from caches.models import CacheObject, CacheOperation, ReconcileRun, TenantCacheSettings
-from tenants.admin import ReadOnlyAdmin
+from controlplane.readonly_admin import ReadOnlyAdmin
 
 
 @admin.register(CacheObject)

@@ -7,18 +7,8 @@ API or the console.
 
 from django.contrib import admin
 
+from controlplane.readonly_admin import ReadOnlyAdmin
 from tenants.models import ApiKey, Principal, Role, RoleBinding, Tenant
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request) -> bool:  # noqa: ANN001
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:  # noqa: ANN001
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
-        return False
 
 
 @admin.register(Tenant)

@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from tenants.admin import ReadOnlyAdmin
+from controlplane.readonly_admin import ReadOnlyAdmin
 from workers.models import Worker
 
 

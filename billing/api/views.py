@@ -39,6 +39,7 @@ from billing.services import breakeven as breakeven_service
 from billing.services import budget_crud as budget_services
 from billing.services import prices as price_services
 from controlplane.api.tenancy import PlatformMixin, TenantScopedMixin
+from controlplane.api.validation import validated
 from controlplane.errors import NotFound, ValidationFailed
 
 MAX_RANGE = timedelta(days=400)
@@ -60,15 +61,9 @@ class _ByCreated(_ById):
     ordering = "-created_at"
 
 
-def _valid(serializer_class: type, data: object) -> dict:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
-
-
 def _range(request: Request, query_class: type = s.RangeQuery) -> dict:
     """since/until from the query string; defaults: the current UTC month up to now."""
-    data = _valid(query_class, request.query_params)
+    data = validated(query_class, request.query_params)
     now = timezone.now()
     data.setdefault("until", now)
     data.setdefault("since", now.replace(day=1, hour=0, minute=0, second=0, microsecond=0))
@@ -137,7 +132,7 @@ class PlatformModelPriceViewSet(PlatformMixin, viewsets.GenericViewSet):
 
     @extend_schema(request=s.ModelPriceCreateInput, responses={201: s.ModelPriceOut})
     def create(self, request: Request) -> Response:
-        data = _valid(s.ModelPriceCreateInput, request.data)
+        data = validated(s.ModelPriceCreateInput, request.data)
         price = price_services.model_price_create(
             actor=self.actor(), provider=data["provider"], model=data["model"],
             rates=_rates(data, _MODEL_RATE_NAMES), source=data["source"],
@@ -148,7 +143,7 @@ class PlatformModelPriceViewSet(PlatformMixin, viewsets.GenericViewSet):
 
     @extend_schema(request=s.ModelRatesInput, responses={201: s.ModelPriceOut})
     def correct(self, request: Request, pk: int) -> Response:
-        data = _valid(s.ModelRatesInput, request.data)
+        data = validated(s.ModelRatesInput, request.data)
         price = price_services.model_price_correct(
             actor=self.actor(), price=self.get_object(), rates=_rates(data, _MODEL_RATE_NAMES),
             source=data["source"], note=data.get("note", ""),
@@ -181,7 +176,7 @@ class PlatformPoolPriceViewSet(PlatformMixin, viewsets.GenericViewSet):
 
     @extend_schema(request=s.PoolPriceCreateInput, responses={201: s.PoolPriceOut})
     def create(self, request: Request) -> Response:
-        data = _valid(s.PoolPriceCreateInput, request.data)
+        data = validated(s.PoolPriceCreateInput, request.data)
         price = price_services.pool_price_create(
             actor=self.actor(), pool=data["pool"], rates=_rates(data, price_services.POOL_FIELDS),
             source=data["source"], effective_from=data.get("effective_from"),
@@ -191,7 +186,7 @@ class PlatformPoolPriceViewSet(PlatformMixin, viewsets.GenericViewSet):
 
     @extend_schema(request=s.PoolRatesInput, responses={201: s.PoolPriceOut})
     def correct(self, request: Request, pk: int) -> Response:
-        data = _valid(s.PoolRatesInput, request.data)
+        data = validated(s.PoolRatesInput, request.data)
         price = price_services.pool_price_correct(
             actor=self.actor(), price=self.get_object(),
             rates=_rates(data, price_services.POOL_FIELDS), source=data["source"],
@@ -327,7 +322,7 @@ class BreakEvenViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
     @extend_schema(request=s.BreakEvenInput, responses={200: s.BreakEvenOut})
     def create(self, request: Request, tenant: str) -> Response:
-        data = _valid(s.BreakEvenInput, request.data)
+        data = validated(s.BreakEvenInput, request.data)
         result = breakeven_service.breakeven(
             provider=data["provider"], model=data.get("model", ""), pool=data.get("pool", ""),
             context_tokens=data["context_tokens"], queries_per_hour=data["queries_per_hour"],
@@ -389,7 +384,7 @@ class BudgetViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
     @extend_schema(request=s.BudgetCreateInput, responses={201: s.BudgetSecretOut})
     def create(self, request: Request, tenant: str) -> Response:
-        data = _valid(s.BudgetCreateInput, request.data)
+        data = validated(s.BudgetCreateInput, request.data)
         budget = budget_services.budget_create(
             actor=self.actor(), tenant=self.tenant, name=data["name"], period=data["period"],
             limit_micros=data["limit_micros"],
@@ -407,7 +402,7 @@ class BudgetViewSet(TenantScopedMixin, viewsets.GenericViewSet):
                    responses={200: s.BudgetOut})  # fmt: skip
     def partial_update(self, request: Request, tenant: str, pk: str) -> Response:
         budget = self._budget(pk)
-        changes = dict(_valid(s.BudgetUpdateInput, request.data))
+        changes = dict(validated(s.BudgetUpdateInput, request.data))
         budget = budget_services.budget_update(actor=self.actor(), budget=budget, changes=changes)
         return Response(self._out(budget))
 

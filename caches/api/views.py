@@ -15,17 +15,12 @@ from caches.errors import CacheNotFound, InvalidContent
 from caches.models import CacheState, Provider
 from caches.services import lifecycle
 from controlplane.api.tenancy import TenantScopedMixin
+from controlplane.api.validation import validated
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
     "Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
     description="Replaying a POST with the same key returns the original operation.",
 )  # fmt: skip
-
-
-def _valid(serializer_class: type, request: Request) -> dict:
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
 
 
 def _content_dict(data: dict) -> dict:
@@ -88,7 +83,7 @@ class CacheViewSet(TenantScopedMixin, viewsets.GenericViewSet):
         "content and model, or a replayed Idempotency-Key, returns the existing operation (200).",
     )
     def create(self, request: Request, tenant: str) -> Response:
-        data = _valid(s.CacheCreateInput, request)
+        data = validated(s.CacheCreateInput, request.data)
         key = request.headers.get("Idempotency-Key")
         if key is not None and not 1 <= len(key) <= 200:
             raise InvalidContent("Idempotency-Key must be 1-200 characters.")
@@ -120,7 +115,7 @@ class CacheViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     @extend_schema(request=s.CacheExtendInput, responses={202: s.OperationOut})
     @action(detail=True, methods=["post"])
     def extend(self, request: Request, tenant: str, pk: str) -> Response:
-        data = _valid(s.CacheExtendInput, request)
+        data = validated(s.CacheExtendInput, request.data)
         op = lifecycle.cache_extend_ttl(cache=self._cache(pk), actor=self.actor(),
                                         ttl_seconds=data["ttl_seconds"])  # fmt: skip
         return Response(s.OperationOut(op).data, status=status.HTTP_202_ACCEPTED)
@@ -128,7 +123,7 @@ class CacheViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     @extend_schema(request=s.CachePolicyInput, responses={200: s.CacheOut})
     @action(detail=True, methods=["post"])
     def policy(self, request: Request, tenant: str, pk: str) -> Response:
-        data = _valid(s.CachePolicyInput, request)
+        data = validated(s.CachePolicyInput, request.data)
         cache = lifecycle.cache_set_policy(
             cache=self._cache(pk), actor=self.actor(), ttl_policy=data["ttl_policy"],
             ttl_seconds=data.get("ttl_seconds"), prewarm_cron=data.get("prewarm_cron"),
@@ -144,7 +139,7 @@ class CacheViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     @extend_schema(request=s.LintInput, responses={200: s.LintOut})
     @action(detail=False, methods=["post"])
     def lint(self, request: Request, tenant: str) -> Response:
-        data = _valid(s.LintInput, request)
+        data = validated(s.LintInput, request.data)
         content = _content_dict(data["content"])
         findings = lifecycle.cache_lint(content=content)
         digest = CacheContent.from_dict(content).digest()

@@ -10,6 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api.tenancy import MEMBER, PlatformMixin, TenantScopedMixin
+from controlplane.api.validation import validated
 from controlplane.errors import NotFound
 from tenants import selectors
 from tenants.api import serializers as s
@@ -69,7 +70,7 @@ class PlatformTenantViewSet(PlatformMixin, viewsets.GenericViewSet):
 
     @extend_schema(request=s.TenantCreateInput, responses={201: s.TenantOut})
     def create(self, request: Request) -> Response:
-        data = _valid(s.TenantCreateInput, request)
+        data = validated(s.TenantCreateInput, request.data)
         admin = None
         if data.get("admin"):
             admin = Principal.objects.filter(pk=data["admin"], is_active=True).first()
@@ -82,7 +83,7 @@ class PlatformTenantViewSet(PlatformMixin, viewsets.GenericViewSet):
 
     @extend_schema(request=s.TenantUpdateInput, responses={200: s.TenantOut})
     def partial_update(self, request: Request, slug: str) -> Response:
-        data = _valid(s.TenantUpdateInput, request)
+        data = validated(s.TenantUpdateInput, request.data)
         tenant = tenant_services.tenant_update(
             actor=self.actor(), tenant=self.get_object(), display_name=data["display_name"]
         )
@@ -99,7 +100,7 @@ class PlatformTenantViewSet(PlatformMixin, viewsets.GenericViewSet):
         return self._set_state(request, TenantState.ACTIVE)
 
     def _set_state(self, request: Request, state: str) -> Response:
-        data = _valid(s.TenantStateInput, request)
+        data = validated(s.TenantStateInput, request.data)
         tenant = tenant_services.tenant_set_state(
             actor=self.actor(), tenant=self.get_object(), state=state,
             reason=data.get("reason", ""),
@@ -125,7 +126,7 @@ class PlatformPrincipalViewSet(PlatformMixin, viewsets.GenericViewSet):
 
     @extend_schema(request=s.HumanCreateInput, responses={201: s.PrincipalOut})
     def create(self, request: Request) -> Response:
-        data = _valid(s.HumanCreateInput, request)
+        data = validated(s.HumanCreateInput, request.data)
         principal = tenant_services.human_principal_create(
             actor=self.actor(), username=data["username"], password=data.get("password"),
             email=data.get("email", ""),
@@ -171,7 +172,7 @@ class PolicyViewSet(TenantScopedMixin, viewsets.GenericViewSet):
         responses={200: s.PolicyOut, 409: OpenApiResponse(description="stale etag")},
     )
     def replace(self, request: Request, tenant: str) -> Response:
-        data = _valid(s.PolicySetInput, request)
+        data = validated(s.PolicySetInput, request.data)
         etag = request.headers.get("If-Match") or data["etag"]
         specs = [
             iam.BindingSpec(role=b["role"], principal_id=str(b["principal"]),
@@ -183,7 +184,7 @@ class PolicyViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
     @extend_schema(request=s.PermissionsTestInput, responses={200: s.PermissionsTestOut})
     def test_permissions(self, request: Request, tenant: str) -> Response:
-        data = _valid(s.PermissionsTestInput, request)
+        data = validated(s.PermissionsTestInput, request.data)
         held = iam.permissions_test(
             actor=self.actor(), tenant=self.tenant, permissions=data["permissions"]
         )
@@ -214,7 +215,7 @@ class RoleViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
     @extend_schema(request=s.RoleCreateInput, responses={201: s.RoleOut})
     def create(self, request: Request, tenant: str) -> Response:
-        data = _valid(s.RoleCreateInput, request)
+        data = validated(s.RoleCreateInput, request.data)
         role = iam.role_create(
             actor=self.actor(), tenant=self.tenant, name=data["name"], title=data["title"],
             permissions=data["permissions"], description=data.get("description", ""),
@@ -240,7 +241,7 @@ class ServiceAccountViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
     @extend_schema(request=s.ServiceAccountCreateInput, responses={201: s.PrincipalOut})
     def create(self, request: Request, tenant: str) -> Response:
-        data = _valid(s.ServiceAccountCreateInput, request)
+        data = validated(s.ServiceAccountCreateInput, request.data)
         principal = iam.service_account_create(
             actor=self.actor(), tenant=self.tenant, name=data["name"],
             description=data.get("description", ""),
@@ -265,7 +266,7 @@ class ApiKeyViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
     @extend_schema(request=s.ApiKeyCreateInput, responses={201: s.ApiKeyIssuedOut})
     def create(self, request: Request, tenant: str) -> Response:
-        data = _valid(s.ApiKeyCreateInput, request)
+        data = validated(s.ApiKeyCreateInput, request.data)
         holder = None
         if data.get("principal"):
             holder = (
@@ -299,9 +300,3 @@ def _uuid(value: str) -> str:
         return str(uuid.UUID(value))
     except ValueError:
         raise NotFound("No such object.") from None
-
-
-def _valid(serializer_class: type, request: Request) -> dict:
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data

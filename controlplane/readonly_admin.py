@@ -1,0 +1,19 @@
+"""The Django admin base for Cacheplane's models: read-only.
+
+Every change to these objects must be audited in the same transaction, which the services
+do and the generic admin forms would not; operators change them through the API, the
+console or the CLI.
+"""
+
+from django.contrib import admin
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request) -> bool:  # noqa: ANN001
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+        return False
