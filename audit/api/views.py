@@ -27,6 +27,7 @@ from audit.errors import UnknownTenant
 from audit.models import AuditExport
 from audit.services.exports import ExportRequest, audit_export_create, audit_export_download
 from controlplane.api.tenancy import PlatformMixin, TenantScopedMixin
+from controlplane.api.validation import validated
 from tenants.models import Tenant
 
 IDEMPOTENCY_KEY = OpenApiParameter(
@@ -140,7 +141,7 @@ class TenantAuditExportViewSet(_ExportViewMixin, TenantScopedMixin, viewsets.Gen
         parameters=[IDEMPOTENCY_KEY],
     )
     def create(self, request: Request, tenant: str) -> Response:
-        data = _valid(s.AuditExportCreateInput, request)
+        data = validated(s.AuditExportCreateInput, request.data)
         export = audit_export_create(
             tenant=self.tenant,
             actor=self.actor(),
@@ -180,7 +181,7 @@ class PlatformAuditExportViewSet(_ExportViewMixin, PlatformMixin, viewsets.Gener
         parameters=[IDEMPOTENCY_KEY],
     )
     def create(self, request: Request) -> Response:
-        data = _valid(s.PlatformAuditExportCreateInput, request)
+        data = validated(s.PlatformAuditExportCreateInput, request.data)
         filter_tenant = None
         if data.get("tenant"):
             filter_tenant = Tenant.objects.filter(slug=data["tenant"]).first()
@@ -216,9 +217,3 @@ class AuditSigningKeyView(APIView):
 
     def get(self, request: Request) -> Response:
         return Response(s.SigningKeySetOut({"keys": selectors.audit_signing_key_list()}).data)
-
-
-def _valid(serializer_class: type, request: Request) -> dict:
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
