@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -64,3 +65,4 @@ def scratch_django(name: str) -> Iterator[None]:
             conn.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
         if services is not None:
             services.stop()
+            shutil.rmtree(services.data_dir, ignore_errors=True)
