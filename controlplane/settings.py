@@ -190,6 +190,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "CacheStateEnum": "caches.models.CacheState",
+        "TenantStateEnum": "tenants.models.TenantState",
+    },
 }
 
 # --- Channels -------------------------------------------------------------------------
