@@ -115,7 +115,11 @@ def live_server_url():
 
     import uvicorn
 
+    from controlplane.assets import ensure_assets
     from controlplane.asgi import application
+
+    # Before the app starts: whitenoise indexes static files (node_modules) at start-up.
+    ensure_assets()
 
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

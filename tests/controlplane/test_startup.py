@@ -69,8 +69,11 @@ def test_production_without_secret_key_stops_with_one_line(tmp_path: Path) -> No
     )
 
 
-def test_unreachable_redis_stops_up_with_one_line_naming_redis_url(tmp_path: Path) -> None:
+def test_unreachable_redis_stops_up_with_one_line_naming_redis_url(
+    tmp_path: Path, scratch_database: str
+) -> None:
     env = _base_env(tmp_path)
+    env["DATABASE_URL"] = scratch_database  # reachable, so Redis is what fails
     env["REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
     result = _cacheplane(["up", "--check", "--port", str(free_port())], env, timeout=120)
     assert result.returncode == 2
