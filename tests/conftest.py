@@ -116,10 +116,11 @@ def live_server_url():
     import uvicorn
 
     from controlplane.assets import ensure_assets
-    from controlplane.asgi import application
 
-    # Before the app starts: whitenoise indexes static files (node_modules) at start-up.
+    # Before the app is built: whitenoise indexes static files (node_modules) when the
+    # ASGI application is created, i.e. when controlplane.asgi is imported.
     ensure_assets()
+    from controlplane.asgi import application
 
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
