@@ -42,6 +42,7 @@ class CacheView:
     placement: tuple[str, ...]
     replication_factor: int
     routing_key: str
+    vertex_scope: object = None  # caches.providers.vertex.VertexScope for Vertex caches
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Directory:
     inflight: dict[str, int] = field(default_factory=dict)
     _refreshing: asyncio.Lock | None = None
     _caches: dict[tuple[str, str], tuple[float, CacheView | None]] = field(default_factory=dict)
+    _scopes: dict[str, tuple[float, object]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     async def current_workers(self) -> list[WorkerView]:
@@ -90,9 +92,21 @@ class Directory:
         self._caches[key] = (time.monotonic(), view)
         return view
 
+    async def tenant_vertex_scope(self, tenant_id: str):  # noqa: ANN201 - VertexScope
+        """The tenant's Vertex project/location/credentials, cached like caches are."""
+        entry = self._scopes.get(tenant_id)
+        if entry is not None and time.monotonic() - entry[0] < REFRESH_SECONDS:
+            return entry[1]
+        from caches.providers.registry import vertex_scope_for_tenant
+
+        scope = await sync_to_async(vertex_scope_for_tenant, thread_sensitive=False)(tenant_id)
+        self._scopes[tenant_id] = (time.monotonic(), scope)
+        return scope
+
     def forget(self) -> None:
         self.loaded_at = 0.0
         self._caches.clear()
+        self._scopes.clear()
 
 
 def _load_workers() -> list[WorkerView]:
@@ -115,6 +129,7 @@ def _load_cache(tenant_id: str, reference: str) -> CacheView | None:
     import uuid
 
     from caches.models import LIVE_STATES, CacheObject, Provider
+    from caches.providers.registry import vertex_scope_for_cache
     from caches.providers.vllm import placement_key, prefix_message
 
     live = CacheObject.objects.filter(tenant_id=tenant_id, state__in=LIVE_STATES)
@@ -130,6 +145,7 @@ def _load_cache(tenant_id: str, reference: str) -> CacheView | None:
         prefix_message=prefix_message(cache) if cache.provider == Provider.VLLM else None,
         placement=tuple(cache.placement), replication_factor=cache.replication_factor,
         routing_key=placement_key(cache),
+        vertex_scope=vertex_scope_for_cache(cache) if cache.provider == Provider.VERTEX else None,
     )  # fmt: skip
 
 

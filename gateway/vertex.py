@@ -14,7 +14,6 @@ import json
 import time
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -61,15 +60,15 @@ def _contents(body: dict[str, Any], kind: str, cache: CacheView | None):  # noqa
     return contents, ("\n".join(system) if system else None)
 
 
-def _client_for(identity: Identity, cache: CacheView | None):  # noqa: ANN202
-    from caches.models import CacheObject
-    from caches.providers.registry import vertex_scope_for_cache, vertex_scope_for_tenant
+async def _client_for(identity: Identity, cache: CacheView | None):  # noqa: ANN202
+    """The genai client of the cache's scope (or the tenant's), from cached scopes."""
     from caches.providers.vertex import vertex_client
+    from gateway.directory import directory
 
-    if cache is not None:
-        scope = vertex_scope_for_cache(CacheObject.objects.get(pk=cache.id))
+    if cache is not None and cache.vertex_scope is not None:
+        scope = cache.vertex_scope
     else:
-        scope = vertex_scope_for_tenant(identity.tenant_id)
+        scope = await directory.tenant_vertex_scope(identity.tenant_id)
     return vertex_client(scope)
 
 
@@ -108,7 +107,7 @@ async def vertex_generate(request: Request, identity: Identity, body: dict[str, 
         cached_content=cache.remote_name if cache else None,
         system_instruction=system,
     )
-    client = await sync_to_async(_client_for, thread_sensitive=False)(identity, cache)
+    client = await _client_for(identity, cache)
     reservation = await budget.reserve(
         meter, prompt_tokens=max(1, len(prompt_text(body, kind)) // 4),
         max_tokens=max_tokens(body), authenticated=identity.authenticated,
