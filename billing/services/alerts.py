@@ -64,6 +64,32 @@ def _record(alert_id: object, **fields: object) -> None:
         BudgetAlert.objects.filter(pk=alert_id).update(**fields)
 
 
+def webhook_destination_refused(url: str) -> str:
+    """Why a webhook may not be sent to ``url`` ("" when it may).
+
+    Unless ``CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE`` (the development default), every
+    address the host resolves to must be public: a tenant must not make the control plane
+    call its own network (server-side request forgery). The check runs just before the
+    POST; redirects are never followed.
+    """
+    import ipaddress
+    import socket
+    from urllib.parse import urlparse
+
+    if settings.CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE:
+        return ""
+    parsed = urlparse(url)
+    try:
+        infos = socket.getaddrinfo(parsed.hostname, parsed.port or 443, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return "webhook host does not resolve"
+    for info in infos:
+        address = ipaddress.ip_address(info[4][0].split("%")[0])
+        if not address.is_global:
+            return f"webhook destination {address} is not a public address"
+    return ""
+
+
 def budget_alert_deliver(*, alert: BudgetAlert) -> str:
     """POST one alert to its budget's webhook; returns the resulting webhook state.
 
@@ -87,6 +113,11 @@ def budget_alert_deliver(*, alert: BudgetAlert) -> str:
         "X-Cacheplane-Delivery": str(alert.pk),
     }
     attempts = alert.webhook_attempts + 1
+    refused = webhook_destination_refused(budget.webhook_url)
+    if refused:
+        _record(alert.pk, webhook_state=WebhookState.FAILED, webhook_attempts=attempts,
+                webhook_last_error=refused)  # fmt: skip
+        return WebhookState.FAILED
     try:
         response = httpx.post(
             budget.webhook_url, content=body, headers=headers, follow_redirects=False,

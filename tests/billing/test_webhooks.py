@@ -128,3 +128,14 @@ def test_an_unreachable_receiver_is_a_transient_error(tenant_a, admin_a, actor) 
         budget_alert_deliver(alert=alert)
     alert.refresh_from_db()
     assert alert.webhook_attempts == 1 and "ConnectError" in alert.webhook_last_error
+
+
+def test_webhooks_to_private_addresses_are_refused_unless_allowed(
+    tenant_a, admin_a, actor, receiver, settings
+) -> None:
+    settings.CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE = False
+    alert, _secret = _cross_threshold(tenant_a, admin_a, actor, receiver.url)
+    assert budget_alert_deliver_task.apply(args=[str(alert.pk)]).result == "failed"
+    alert.refresh_from_db()
+    assert "not a public address" in alert.webhook_last_error
+    assert receiver.received == []
