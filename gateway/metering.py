@@ -166,7 +166,9 @@ def meter_finish_many(meters: Sequence[Meter]) -> None:
 
     All of them cost one Redis round trip: their usage messages go in one ``RPUSH`` and
     their cache hits in the same pipeline. A request whose usage is invalid, or a batch
-    Redis refuses, is logged and dropped; metering never fails a response.
+    Redis refuses, goes straight to the ledger instead (``usage_write_direct``, same
+    idempotent path); only if that fails too is it logged and dropped. Metering never
+    fails a response.
     """
     from billing.services.usage import queue_key, usage_message
     from caches.services.hits import CACHE_HITS_KEY
@@ -202,8 +204,14 @@ def meter_finish_many(meters: Sequence[Meter]) -> None:
                 pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:tokens", meter.cached_tokens)
         pipe.execute()
     except Exception:  # noqa: BLE001 - metering must never fail the response already sent
-        for meter in recorded:
-            logger.exception("usage record dropped", extra={"request_id": meter.request_id})
+        logger.warning("usage queue unreachable; writing usage to the ledger directly")
+        try:
+            from billing.services.usage import usage_write_direct
+
+            usage_write_direct(messages)
+        except Exception:  # noqa: BLE001
+            for meter in recorded:
+                logger.exception("usage record dropped", extra={"request_id": meter.request_id})
         return
     for meter in recorded:
         try:

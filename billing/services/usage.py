@@ -331,6 +331,19 @@ def _write_batch(messages: list[_Message], result: FlushResult) -> None:
     result.duplicates += len(messages) - inserted
 
 
+def usage_write_direct(messages: list[bytes]) -> FlushResult:
+    """Write encoded usage straight to the ledger and rollups (the queue is unreachable).
+
+    The same idempotent path as the flush: a message later replayed from the queue
+    inserts nothing. One transaction; slower than the queue, so it is the fallback only.
+    """
+    result = FlushResult()
+    decoded = [_decoder.decode(item) for item in messages]
+    if decoded:
+        _write_batch(decoded, result)
+    return result
+
+
 def _flush_batch(batch_key: str, result: FlushResult) -> None:
     client = ops.redis_client()
     raw = client.lrange(batch_key, 0, -1)

@@ -232,3 +232,28 @@ def test_usage_is_metered_to_the_ledger(live_server_url, ref_workers, tenant_key
     assert last.cached_read_tokens == second.usage.prompt_tokens_details.cached_tokens > 0
     assert last.output_tokens == second.usage.completion_tokens
     assert last.worker in {"gw0", "gw1"} and last.api_key_id == tenant_keys["gw-acme"]["key_row"].pk
+
+
+def test_usage_goes_straight_to_the_ledger_when_the_queue_is_unreachable(tenant_keys):
+    import redis
+
+    from billing.models import UsageRecord
+    from controlplane.embedded import free_port
+    from gateway import metering
+    from gateway.metering import Meter, meter_finish
+
+    acme = tenant_keys["gw-acme"]
+    dead = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2)
+    original = metering._redis_client
+    metering._redis_client = lambda: dead
+    try:
+        meter_finish(Meter(
+            request_id="req-no-redis", tenant_id=str(acme["tenant"].pk), tenant_slug="gw-acme",
+            key_id=str(acme["key_row"].pk), principal_id=str(acme["sa"].pk), provider="vllm",
+            model=MODEL, stream=False, started=0.0, prompt_tokens=100, cached_tokens=64,
+            output_tokens=3,
+        ))  # fmt: skip
+    finally:
+        metering._redis_client = original
+    row = UsageRecord.objects.get(request_id="req-no-redis")
+    assert (row.prompt_tokens, row.cached_read_tokens, row.output_tokens) == (100, 64, 3)
