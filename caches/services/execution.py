@@ -66,14 +66,18 @@ def _claim(operation_id: str) -> CacheOperation | None:
                 cache_transition(cache=cache, to_state=CacheState.CREATING, actor=SYSTEM,
                                  reason=f"operation {op.pk}")  # fmt: skip
             elif cache.state != CacheState.CREATING:
-                _finish(op, OperationStatus.FAILED, "invalid_state", f"cache is {cache.state}")
+                operation_finish(
+                    op, OperationStatus.FAILED, "invalid_state", f"cache is {cache.state}"
+                )
                 return None
         elif op.kind == OperationKind.REFRESH:
             if cache.state == CacheState.ACTIVE:
                 cache_transition(cache=cache, to_state=CacheState.REFRESHING, actor=SYSTEM,
                                  reason=op.params.get("reason", "refresh"))  # fmt: skip
             elif cache.state != CacheState.REFRESHING:
-                _finish(op, OperationStatus.FAILED, "invalid_state", f"cache is {cache.state}")
+                operation_finish(
+                    op, OperationStatus.FAILED, "invalid_state", f"cache is {cache.state}"
+                )
                 return None
         op.status = OperationStatus.RUNNING
         op.attempts += 1
@@ -84,7 +88,8 @@ def _claim(operation_id: str) -> CacheOperation | None:
         return op
 
 
-def _finish(op: CacheOperation, status: str, code: str = "", error: str = "") -> None:
+def operation_finish(op: CacheOperation, status: str, code: str = "", error: str = "") -> None:
+    """Close an operation (locked by the caller) with its final status and error."""
     op.status = status
     op.error_code = code
     op.error = error[:2000]
@@ -94,7 +99,7 @@ def _finish(op: CacheOperation, status: str, code: str = "", error: str = "") ->
 
 
 def _fail(op: CacheOperation, code: str, message: str) -> None:
-    _finish(op, OperationStatus.FAILED, code, message)
+    operation_finish(op, OperationStatus.FAILED, code, message)
     cache = CacheObject.objects.select_for_update().select_related("tenant").get(pk=op.cache_id)
     cache.last_error, cache.last_error_code = message[:2000], code
     if op.kind == OperationKind.CREATE and cache.state in (CacheState.PENDING, CacheState.CREATING):
@@ -146,11 +151,12 @@ def operation_execute(*, operation_id: str) -> str | None:
         locked = CacheOperation.objects.select_for_update().get(pk=op.pk)
         if locked.status != OperationStatus.RUNNING:
             return locked.status  # reconciliation settled it meanwhile
-        _apply_success(locked, remote)
+        operation_apply_success(locked, remote)
     return OperationStatus.SUCCEEDED
 
 
-def _apply_success(op: CacheOperation, remote: RemoteState) -> None:
+def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
+    """Record what the provider reported and move the cache to its next state."""
     cache = CacheObject.objects.select_for_update().select_related("tenant").get(pk=op.cache_id)
     now = timezone.now()
     fields: list[str] = []
@@ -183,7 +189,7 @@ def _apply_success(op: CacheOperation, remote: RemoteState) -> None:
     else:
         cache_transition(cache=cache, to_state=CacheState.EVICTED, actor=SYSTEM,
                          reason="evicted")  # fmt: skip
-    _finish(op, OperationStatus.SUCCEEDED)
+    operation_finish(op, OperationStatus.SUCCEEDED)
 
 
 def next_refresh_time(cache: CacheObject, now):  # noqa: ANN001, ANN201

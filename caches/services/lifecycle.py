@@ -68,7 +68,8 @@ class CreateOutcome:
     created: bool  # False: an existing live cache or an idempotent replay was returned
 
 
-def _enqueue(operation: CacheOperation) -> None:
+def operation_enqueue(operation: CacheOperation) -> None:
+    """Run the operation's task once the current transaction commits."""
     from caches.tasks import cache_operation_execute_task
 
     transaction.on_commit(lambda: cache_operation_execute_task.delay(str(operation.pk)))
@@ -235,7 +236,7 @@ def cache_create(
                 },
                 details={"operation": str(operation.pk)},
             )
-            _enqueue(operation)
+            operation_enqueue(operation)
     except IntegrityError:
         # A concurrent request created the same content or name first.
         existing = _live_duplicate(tenant, spec, digest)
@@ -312,7 +313,7 @@ def cache_extend_ttl(*, cache: CacheObject, actor: Actor, ttl_seconds: int) -> C
             changes={"ttl_seconds": {"before": cache.ttl_seconds, "after": ttl_seconds}},
             details={"operation": str(operation.pk)},
         )  # fmt: skip
-        _enqueue(operation)
+        operation_enqueue(operation)
     return operation
 
 
@@ -366,7 +367,7 @@ def cache_evict(*, cache: CacheObject, actor: Actor) -> CacheOperation:
         )  # fmt: skip
         cache_transition(cache=cache, to_state=CacheState.EVICTING, actor=actor,
                          reason="evict requested")  # fmt: skip
-        _enqueue(operation)
+        operation_enqueue(operation)
     return operation
 
 

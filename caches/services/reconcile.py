@@ -30,8 +30,8 @@ from caches.models import (
     ReconcileRun,
 )
 from caches.providers.vertex import VertexProvider, VertexScope
-from caches.services.execution import _apply_success, _finish
-from caches.services.lifecycle import _enqueue
+from caches.services.execution import operation_apply_success, operation_finish
+from caches.services.lifecycle import operation_enqueue
 from caches.services.transitions import cache_transition
 from tenants.actor import Actor
 
@@ -124,7 +124,7 @@ def _expire(cache: CacheObject, reason: str) -> int:
                          reason=reason)  # fmt: skip
         for op in locked.operations.filter(status__in=[OperationStatus.PENDING,
                                                        OperationStatus.RUNNING]):  # fmt: skip
-            _finish(op, OperationStatus.FAILED, "remote_gone", reason)
+            operation_finish(op, OperationStatus.FAILED, "remote_gone", reason)
     return 1
 
 
@@ -151,7 +151,7 @@ def _adopt(cache: CacheObject, provider: VertexProvider) -> int:
                              reason="adopting the remote cache")  # fmt: skip
         op.status = OperationStatus.RUNNING
         op.save(update_fields=["status"])
-        _apply_success(op, found)
+        operation_apply_success(op, found)
     return 1
 
 
@@ -166,6 +166,6 @@ def operations_requeue_stuck(*, now=None) -> int:  # noqa: ANN001
     count = 0
     for op in stuck:
         with transaction.atomic():
-            _enqueue(op)
+            operation_enqueue(op)
         count += 1
     return count

@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from caches.models import CacheObject, CacheOperation, CacheState, OperationKind, OperationStatus
-from caches.services.lifecycle import _enqueue, next_cron_time
+from caches.services.lifecycle import next_cron_time, operation_enqueue
 from caches.services.transitions import cache_transition
 from tenants.actor import Actor
 from tenants.models import TenantState
@@ -91,7 +91,7 @@ def cache_enqueue_due_refreshes(*, now: datetime | None = None, limit: int | Non
                 tenant_id=cache.tenant_id, cache=cache, kind=OperationKind.REFRESH,
                 params={"ttl_seconds": cache.ttl_seconds, "reason": reason},
             )  # fmt: skip
-            _enqueue(operation)
+            operation_enqueue(operation)
     return handled
 
 
