@@ -31,7 +31,7 @@ from tenants.actor import Actor
 from tenants.errors import ApiKeyRejected, InvalidExpiry, UnknownPrincipal
 from tenants.models import ApiKey, Principal, Tenant, TenantState
 from tenants.services.authorization import principal_permissions
-from tenants.services.iam import _require_held
+from tenants.services.iam import require_held_permissions
 
 KEY_PREFIX = "cpk_"
 _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -199,7 +199,7 @@ def api_key_create(
     if holder.is_service_account:
         if holder.tenant_id != tenant.pk:
             raise UnknownPrincipal(f"Unknown principal {holder.pk}.")
-        _require_held(
+        require_held_permissions(
             actor=actor,
             tenant=tenant,
             permissions=set(principal_permissions(principal=holder, tenant=tenant)),
