@@ -94,7 +94,9 @@ def _principal_in_tenant(*, tenant: Tenant, principal_id: str) -> Principal:
     return principal
 
 
-def require_held_permissions(*, actor: Actor, tenant: Tenant, permissions: set[str], what: str) -> None:
+def require_held_permissions(
+    *, actor: Actor, tenant: Tenant, permissions: set[str], what: str
+) -> None:
     held = principal_permissions(principal=actor.principal, tenant=tenant)
     missing = sorted(permissions - held)
     if missing:
@@ -139,7 +141,9 @@ def policy_set(*, actor: Actor, tenant: Tenant, etag: str, bindings: list[Bindin
             existing = current.get(key)
             if existing is None or existing.expires_at != expires_at:
                 granted.update(role.permissions)
-        require_held_permissions(actor=actor, tenant=locked, permissions=granted, what="these bindings")
+        require_held_permissions(
+            actor=actor, tenant=locked, permissions=granted, what="these bindings"
+        )
 
         had_admin = any(
             b.role.name == TENANT_ADMIN_ROLE and b.expires_at is None for b in current.values()
@@ -226,7 +230,9 @@ def role_create(
         or Role.objects.filter(name=name, tenant__isnull=True).exists()
     ):
         raise DuplicateName(f"{name!r} is reserved for predefined roles.")
-    require_held_permissions(actor=actor, tenant=tenant, permissions=set(permissions), what="this role")
+    require_held_permissions(
+        actor=actor, tenant=tenant, permissions=set(permissions), what="this role"
+    )
     with transaction.atomic():
         try:
             with transaction.atomic():
