@@ -146,24 +146,9 @@ def jsonl_line(entry: dict[str, Any]) -> str:
 
 # --- CSV view ---------------------------------------------------------------------------
 
+# The hashed fields in their canonical order, with the links last (prev_hash, hash).
 CSV_COLUMNS = (
-    "chain",
-    "seq",
-    "occurred_at",
-    "tenant_id",
-    "actor_id",
-    "actor_name",
-    "auth_method",
-    "key_id",
-    "action",
-    "target_type",
-    "target_id",
-    "outcome",
-    "source_ip",
-    "user_agent",
-    "request_id",
-    "changes",
-    "details",
+    *(name for name in HASHED_FIELDS if name != "prev_hash"),
     "prev_hash",
     "hash",
 )
