@@ -26,9 +26,7 @@ from caches.models import (
     TtlPolicy,
 )
 from caches.providers.base import (
-    PermanentProviderError,
     ProviderError,
-    RemoteGone,
     RemoteState,
     TransientProviderError,
 )
@@ -139,11 +137,7 @@ def operation_execute(*, operation_id: str) -> str | None:
             locked.error, locked.error_code = str(exc)[:2000], exc.code
             locked.save(update_fields=["status", "lease_until", "error", "error_code"])
         raise
-    except (PermanentProviderError, RemoteGone) as exc:
-        with transaction.atomic():
-            _fail(CacheOperation.objects.select_for_update().get(pk=op.pk), exc.code, str(exc))
-        return OperationStatus.FAILED
-    except ProviderError as exc:  # pragma: no cover - every provider error is one of the above
+    except ProviderError as exc:  # permanent (transient ones were handled above)
         with transaction.atomic():
             _fail(CacheOperation.objects.select_for_update().get(pk=op.pk), exc.code, str(exc))
         return OperationStatus.FAILED

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from caches.models import CacheObject, CacheOperation, CacheState, OperationKind, OperationStatus
+from caches.models import CacheObject, CacheOperation, CacheState, OperationKind
 from caches.services.lifecycle import next_cron_time, operation_enqueue
 from caches.services.transitions import cache_transition
 from tenants.actor import Actor
@@ -52,9 +52,9 @@ def _wants_extension(cache: CacheObject, now: datetime) -> bool:
             (now - cache.last_hit_at).total_seconds() < cache.ttl_seconds
         )
     if cache.ttl_policy == TtlPolicy.ECONOMIC:
-        from caches.services.economics import cache_economic_extension
+        from billing.services.cache_economics import cache_should_extend
 
-        return cache_economic_extension(cache=cache, now=now)
+        return cache_should_extend(cache=cache, now=now)
     return cache.provider == "vllm"  # fixed vLLM caches stay pinned until expiry
 
 
@@ -94,8 +94,3 @@ def cache_enqueue_due_refreshes(*, now: datetime | None = None, limit: int | Non
             operation_enqueue(operation)
     return handled
 
-
-def open_operation_exists(cache: CacheObject) -> bool:
-    return cache.operations.filter(
-        status__in=[OperationStatus.PENDING, OperationStatus.RUNNING]
-    ).exists()
