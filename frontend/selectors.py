@@ -151,10 +151,10 @@ def platform_summary(*, page: int = 1, per_page: int = 50) -> dict[str, Any]:
     page, one grouped cache count, one fleet series, workers, alerts.
     """
     from billing.models import BudgetAlert, BudgetPeriod, Granularity, UsageRollup
-    from workers.models import Worker
 
     now = timezone.now()
     start, _ = month_bounds(now)
+    page = max(1, page)
     total = Tenant.objects.count()
     tenants = list(Tenant.objects.order_by("slug")[(page - 1) * per_page : page * per_page])
     ids = [t.pk for t in tenants]
@@ -185,16 +185,7 @@ def platform_summary(*, page: int = 1, per_page: int = 50) -> dict[str, Any]:
     ).aggregate(
         prompt=Coalesce(Sum("prompt_tokens"), 0), cached=Coalesce(Sum("cached_read_tokens"), 0)
     )
-    workers = [
-        {"name": w.name, "pool": w.pool, "model": w.model, "state": w.state,
-         "kv_usage": (w.metrics or {}).get("vllm:kv_cache_usage_perc"),
-         "running": (w.metrics or {}).get("vllm:num_requests_running"),
-         "waiting": (w.metrics or {}).get("vllm:num_requests_waiting"),
-         "hit_rate": _ratio(w.metrics, "vllm:prefix_cache_hits_total",
-                            "vllm:prefix_cache_queries_total"),
-         "last_seen_at": w.last_seen_at.isoformat() if w.last_seen_at else None}
-        for w in Worker.objects.order_by("pool", "name")[:200]
-    ]  # fmt: skip
+    workers = worker_rows()
     alerts = [
         {"tenant": a.tenant.slug, "budget": a.budget.name, "threshold": a.threshold,
          "at": a.created_at.isoformat()}
@@ -253,15 +244,44 @@ def cache_detail(*, tenant: Tenant, cache: CacheObject) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def pinned_tokens_by_tenant(*, worker_name: str) -> list[dict[str, Any]]:
-    """Tokens of live vLLM caches placed on a worker, per tenant (capacity planning)."""
+def worker_rows() -> list[dict[str, Any]]:
+    """Workers with their last scraped health, KV usage and prefix hit rate."""
+    from workers.models import Worker
+
+    return [
+        {"name": w.name, "pool": w.pool, "model": w.model, "state": w.state,
+         "kv_usage": (w.metrics or {}).get("vllm:kv_cache_usage_perc"),
+         "running": (w.metrics or {}).get("vllm:num_requests_running"),
+         "waiting": (w.metrics or {}).get("vllm:num_requests_waiting"),
+         "hit_rate": _ratio(w.metrics, "vllm:prefix_cache_hits_total",
+                            "vllm:prefix_cache_queries_total"),
+         "last_seen_at": w.last_seen_at.isoformat() if w.last_seen_at else None,
+         "blocks": w.num_blocks, "capacity_tokens": (w.num_blocks or 0) * w.block_size}
+        for w in Worker.objects.order_by("pool", "name")[:200]
+    ]  # fmt: skip
+
+
+def workers_summary() -> dict[str, Any]:
+    """The workers page: worker rows plus pinned prefix tokens per worker and tenant.
+
+    Two queries whatever the fleet size: the workers, and one grouped count of live vLLM
+    caches unnested over their placement.
+    """
+    from django.db.models import F, Func
+
+    workers = worker_rows()
     rows = (
-        CacheObject.objects.filter(
-            provider="vllm", state__in=LIVE_STATES, placement__contains=[worker_name]
-        )  # fmt: skip
-        .values("tenant__slug")
+        CacheObject.objects.filter(provider="vllm", state__in=LIVE_STATES)
+        .annotate(worker=Func(F("placement"), function="unnest"))
+        .values("worker", "tenant__slug")
         .annotate(tokens=Coalesce(Sum("token_count"), 0), caches=Count("id"))
-        .order_by("-tokens")
+        .order_by("worker", "-tokens")
     )
-    return [{"tenant": r["tenant__slug"], "tokens": r["tokens"], "caches": r["caches"]}
-            for r in rows]  # fmt: skip
+    pinned: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        pinned.setdefault(r["worker"], []).append(
+            {"tenant": r["tenant__slug"], "tokens": r["tokens"], "caches": r["caches"]}
+        )
+    for w in workers:
+        w["pinned"] = pinned.get(w["name"], [])
+    return {"generated_at": timezone.now().isoformat(), "workers": workers}

@@ -106,18 +106,9 @@ def platform_overview(request: HttpRequest) -> HttpResponse:
 
 @platform_page("tenants.list")
 def workers_page(request: HttpRequest) -> HttpResponse:
-    summary = selectors.platform_summary(page=1, per_page=1)
-    from workers.models import Worker
-
-    capacity = []
-    for worker in Worker.objects.order_by("pool", "name")[:200]:
-        capacity.append({
-            "name": worker.name, "blocks": worker.num_blocks, "block_size": worker.block_size,
-            "tokens": (worker.num_blocks or 0) * worker.block_size,
-            "pinned": selectors.pinned_tokens_by_tenant(worker_name=worker.name),
-        })  # fmt: skip
+    summary = selectors.workers_summary()
     return render(request, "frontend/workers.html", _context(
-        request, summary=summary, summary_json=json.dumps(summary), capacity=capacity))  # fmt: skip
+        request, summary=summary, summary_json=json.dumps(summary)))  # fmt: skip
 
 
 @tenant_page("member")

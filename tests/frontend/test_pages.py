@@ -115,3 +115,23 @@ def test_workers_audit_and_breakeven_pages_render(platform_admin, admin_a, tenan
     client = _login(admin_a)
     assert b"Audit log" in client.get(f"/t/{tenant_a.slug}/audit/").content
     assert b"Break-even calculator" in client.get(f"/t/{tenant_a.slug}/break-even/").content
+
+
+def test_workers_page_shows_pinned_prefixes_per_tenant_against_capacity(platform_admin, tenant_a):
+    from workers.models import Worker
+
+    Worker.objects.create(name="w-a", base_url="http://w-a:8000", model="m", block_size=16,
+                          num_blocks=100)  # fmt: skip
+    c = _cache(tenant_a, name="pinned")
+    c.placement, c.token_count = ["w-a"], 320
+    c.save()
+    client = _login(platform_admin)
+    with CaptureQueriesContext(connection) as queries:
+        html = client.get("/platform/workers/").content.decode()
+    assert "1600" in html and f"{tenant_a.slug}: 320 tokens in 1 cache" in html
+    assert len(queries) <= 15
+
+
+def test_console_summary_page_zero_is_not_an_error(platform_admin) -> None:
+    response = _login(platform_admin).get("/api/v1/platform/console/summary?page=0")
+    assert response.status_code == 200 and response.json()["page"] == 1
