@@ -58,6 +58,13 @@ def validate_body(body: dict[str, Any], kind: str) -> None:
         raise GatewayError(400, "invalid_request", "'prompt' is required.", param="prompt")
     if "stream" in body and not isinstance(body["stream"], bool):
         raise GatewayError(400, "invalid_request", "'stream' must be a boolean.", param="stream")
+    if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
+        raise GatewayError(400, "invalid_request", "'stream_options' must be an object.",
+                           param="stream_options")  # fmt: skip
+    for name in ("temperature", "top_p"):
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise GatewayError(400, "invalid_request", f"'{name}' must be a number.", param=name)
 
 
 def max_tokens(body: dict[str, Any]) -> int:
