@@ -218,12 +218,15 @@ class VertexProvider:
         return _remote_state(remote)
 
     def evict(self, cache: CacheObject) -> None:
-        if not cache.remote_name:
-            return
+        if cache.remote_name:
+            self.delete_remote(cache.remote_name)  # already gone is the goal state too
+
+    def delete_remote(self, remote_name: str) -> None:
+        """Delete a remote cache by name (orphans found by reconciliation)."""
         try:
-            self._call(lambda: self.client.caches.delete(name=cache.remote_name))
+            self._call(lambda: self.client.caches.delete(name=remote_name))
         except RemoteGone:
-            return  # already gone: the goal state
+            return
 
     def list_ours(self) -> list[RemoteListing]:
         """Every remote cache in the scope carrying our display-name prefix."""

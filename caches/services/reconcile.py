@@ -100,9 +100,7 @@ def reconcile_vertex_scope(*, project: str, location: str) -> ReconcileRun:
             continue
         run.errors.append({"orphan": listing.remote_name, "display_name": name})
         if settings.CACHEPLANE_RECONCILE_ORPHANS == "delete":
-            from google.genai import errors  # noqa: F401 - the provider maps its errors
-
-            provider._call(lambda n=listing.remote_name: provider.client.caches.delete(name=n))
+            provider.delete_remote(listing.remote_name)
             run.deleted_orphans += 1
     run.finished_at = timezone.now()
     run.save()
