@@ -93,4 +93,3 @@ def cache_enqueue_due_refreshes(*, now: datetime | None = None, limit: int | Non
             )  # fmt: skip
             operation_enqueue(operation)
     return handled
-
