@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from support import scratch_django  # noqa: E402
+from support import scratch_django
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -115,14 +115,27 @@ def _fill(chains: list[str], tenants: list[Any], per_chain: int, state: dict) ->
                     record["hash"] = prev_hash = event_hash(record)
                     copy.write_row(
                         (
-                            chain, seq, record["prev_hash"], record["hash"], moment,
-                            str(tenant.pk), None, record["actor_name"], record["auth_method"],
-                            record["key_id"], record["action"], "cache", record["target_id"],
-                            record["outcome"], record["source_ip"], "bench/1.0",
-                            record["request_id"], canonical_json(record["changes"]),
+                            chain,
+                            seq,
+                            record["prev_hash"],
+                            record["hash"],
+                            moment,
+                            str(tenant.pk),
+                            None,
+                            record["actor_name"],
+                            record["auth_method"],
+                            record["key_id"],
+                            record["action"],
+                            "cache",
+                            record["target_id"],
+                            record["outcome"],
+                            record["source_ip"],
+                            "bench/1.0",
+                            record["request_id"],
+                            canonical_json(record["changes"]),
                             canonical_json(record["details"]),
                         )
-                    )  # fmt: skip
+                    )
                 state[chain] = (seq, prev_hash, moment)
     # After the COPY: the connection is busy until it ends.
     for chain in chains:
@@ -169,7 +182,7 @@ def _naive_export(target: Path, limit: int) -> int:
     return len(records)
 
 
-def _verify(path: Path, keys: Any) -> Any:  # noqa: ANN401
+def _verify(path: Path, keys: Any) -> Any:
     from audit.verify import verify_bundle
 
     report = verify_bundle(path, keys)
@@ -193,8 +206,13 @@ def _child(args: argparse.Namespace) -> None:
     django.setup()
     if args.phase == "export":
         export, seconds, peak = measured(_export)
-        outcome = {"events": export.total, "seconds": seconds, "peak": peak,
-                   "bytes": export.file_size, "file": export.file_name}  # fmt: skip
+        outcome = {
+            "events": export.total,
+            "seconds": seconds,
+            "peak": peak,
+            "bytes": export.file_size,
+            "file": export.file_name,
+        }
     else:
         count, seconds, peak = measured(lambda: _naive_export(Path(args.bundle), args.limit))
         outcome = {"events": count, "seconds": seconds, "peak": peak}
@@ -202,7 +220,7 @@ def _child(args: argparse.Namespace) -> None:
 
 
 def _phase(*argv: str) -> dict[str, Any]:
-    done = subprocess.run(  # noqa: S603 - this script, this interpreter
+    done = subprocess.run(
         [sys.executable, __file__, *argv], capture_output=True, text=True, check=False
     )
     for line in done.stdout.splitlines():
@@ -262,9 +280,10 @@ def _run(args: argparse.Namespace, workdir: Path) -> None:
         )
     keys = workdir / "keys.json"
     keys.write_text(
-        json.dumps({"keys": [{"kid": k.kid, "public_key": k.public_key}
-                             for k in audit_signing_key_list()]})
-    )  # fmt: skip
+        json.dumps(
+            {"keys": [{"kid": k.kid, "public_key": k.public_key} for k in audit_signing_key_list()]}
+        )
+    )
     bundle = workdir / "exports" / results["large"]["file"]
     verify = _phase("--phase", "verify", "--bundle", str(bundle), "--keys", str(keys))
     print(

@@ -30,7 +30,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else 0.0
 
 
-def _live_server():  # noqa: ANN202
+def _live_server():
     import socket
 
     import uvicorn
@@ -47,7 +47,7 @@ def _live_server():  # noqa: ANN202
     return server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
-def _setup_tenant(worker_url: str):  # noqa: ANN202
+def _setup_tenant(worker_url: str):
     from tenants.actor import Actor
     from tenants.models import PrincipalKind, Role, RoleBinding
     from tenants.services import keys
@@ -56,13 +56,14 @@ def _setup_tenant(worker_url: str):  # noqa: ANN202
     from workers.services import worker_register
 
     worker_register(actor=Actor.cli(), name="bench-0", base_url=worker_url, model="bench/ref")
-    admin = human_principal_create(actor=Actor.cli(), username="bench-admin",
-                                   password="bench-password-123")  # fmt: skip
-    tenant = tenant_create(actor=Actor.cli(), slug="bench-co", display_name="Bench Co",
-                           admin=admin)  # fmt: skip
+    admin = human_principal_create(
+        actor=Actor.cli(), username="bench-admin", password="bench-password-123"
+    )
+    tenant = tenant_create(actor=Actor.cli(), slug="bench-co", display_name="Bench Co", admin=admin)
     sa = service_account_create(actor=Actor.cli(), tenant=tenant, name="load")
-    RoleBinding.objects.create(tenant=tenant, principal=sa,
-                               role=Role.objects.get(name="tenant.developer"))  # fmt: skip
+    RoleBinding.objects.create(
+        tenant=tenant, principal=sa, role=Role.objects.get(name="tenant.developer")
+    )
     actor = Actor(principal=admin, auth_method="cli")
     key = keys.api_key_create(actor=actor, tenant=tenant, name="load", principal=sa)
     assert admin.kind == PrincipalKind.HUMAN
@@ -106,20 +107,35 @@ def measure_latency(seconds: float, rps: int) -> dict[str, float]:
     ensure_assets()
     config = EngineConfig(
         model="bench/ref",
-        model_config=ModelConfig(num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2,
-                                 head_dim=16, intermediate_size=128,
-                                 max_position_embeddings=1024),  # fmt: skip
+        model_config=ModelConfig(
+            num_layers=2,
+            hidden_size=64,
+            num_heads=4,
+            num_kv_heads=2,
+            head_dim=16,
+            intermediate_size=128,
+            max_position_embeddings=1024,
+        ),
         cache_config=CacheConfig(kv_cache_memory_bytes=512 * 16 * 512),
-        max_model_len=1024, enable_prompt_tokens_details=True,
-    )  # fmt: skip
+        max_model_len=1024,
+        enable_prompt_tokens_details=True,
+    )
     with serve(config) as worker:
         server, thread, url = _live_server()
         tenant, key = _setup_tenant(worker.base_url)
         os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's loop on this thread
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-                "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--no-first-run"])  # fmt: skip
+            browser = p.chromium.launch(
+                executable_path=CHROMIUM,
+                headless=True,
+                args=[
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--no-first-run",
+                ],
+            )
             page = browser.new_page()
             page.goto(f"{url}/login/")
             page.fill("input[name=username]", "bench-admin")
@@ -159,13 +175,16 @@ def measure_latency(seconds: float, rps: int) -> dict[str, float]:
     ticks = [s["ms"] for s in samples if s["event"] == "usage.tick"]
     reqs = results.get("req", [])
     return {
-        "lifecycle_events": len(lifecycle), "tick_events": len(ticks),
+        "lifecycle_events": len(lifecycle),
+        "tick_events": len(ticks),
         "lifecycle_p50_ms": _percentile(lifecycle, 0.5),
         "lifecycle_p99_ms": _percentile(lifecycle, 0.99),
-        "tick_p50_ms": _percentile(ticks, 0.5), "tick_p99_ms": _percentile(ticks, 0.99),
-        "requests": len(reqs), "achieved_rps": len(reqs) / seconds,
+        "tick_p50_ms": _percentile(ticks, 0.5),
+        "tick_p99_ms": _percentile(ticks, 0.99),
+        "requests": len(reqs),
+        "achieved_rps": len(reqs) / seconds,
         "request_p50_ms": statistics.median(reqs) * 1000 if reqs else 0.0,
-    }  # fmt: skip
+    }
 
 
 def _populate(tenants: int, caches: int) -> None:

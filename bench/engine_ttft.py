@@ -61,8 +61,14 @@ def _time_engine(engine: Engine, prompt: list[int], salt: str) -> tuple[float, i
 
 
 def _time_http(client: httpx.Client, prompt: list[int], salt: str) -> tuple[float, int]:
-    body = {"prompt": prompt, "max_tokens": 1, "temperature": 0, "stream": True,
-            "cache_salt": salt, "stream_options": {"include_usage": True}}  # fmt: skip
+    body = {
+        "prompt": prompt,
+        "max_tokens": 1,
+        "temperature": 0,
+        "stream": True,
+        "cache_salt": salt,
+        "stream_options": {"include_usage": True},
+    }
     start = time.perf_counter()
     ttft, cached = None, 0
     with client.stream("POST", "/v1/completions", json=body) as response:

@@ -41,8 +41,17 @@ REPO = BENCH_DIR.parent
 MODEL = "bench/stub-model"
 TARGET_P50_MS = 2.0
 TARGET_P99_MS = 10.0
-UVICORN_FLAGS = ["--loop", "uvloop", "--http", "httptools", "--lifespan", "off",
-                 "--no-access-log", "--log-level", "warning"]  # fmt: skip
+UVICORN_FLAGS = [
+    "--loop",
+    "uvloop",
+    "--http",
+    "httptools",
+    "--lifespan",
+    "off",
+    "--no-access-log",
+    "--log-level",
+    "warning",
+]
 
 # --- the upstream stub (imported by its own uvicorn process: stdlib only up to here) ---
 
@@ -74,7 +83,7 @@ _STUB_HEADERS = [
 ]
 
 
-async def stub_app(scope, receive, send) -> None:  # noqa: ANN001 - raw ASGI
+async def stub_app(scope, receive, send) -> None:
     """Answer every HTTP request at once with the fixed chat completion."""
     if scope["type"] != "http":
         return
@@ -134,7 +143,7 @@ async def _drive(clients: list, url: str, body: bytes, headers: dict, total: int
     run = Run()
     issued = 0
 
-    async def one_lane(client) -> None:  # noqa: ANN001
+    async def one_lane(client) -> None:
         nonlocal issued
         while issued < total:
             issued += 1
@@ -157,8 +166,14 @@ async def _drive(clients: list, url: str, body: bytes, headers: dict, total: int
     return run
 
 
-async def _measure(args: argparse.Namespace, direct_url: str, gateway_url: str, key: str,
-                   body: bytes, pids: dict[str, int]) -> dict[str, Run]:  # fmt: skip
+async def _measure(
+    args: argparse.Namespace,
+    direct_url: str,
+    gateway_url: str,
+    key: str,
+    body: bytes,
+    pids: dict[str, int],
+) -> dict[str, Run]:
     import httpx
 
     plain = {"content-type": "application/json"}
@@ -173,10 +188,12 @@ async def _measure(args: argparse.Namespace, direct_url: str, gateway_url: str, 
     one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     async with contextlib.AsyncExitStack() as stack:
         lanes = {
-            name: [await stack.enter_async_context(httpx.AsyncClient(limits=one, timeout=60))
-                   for _ in range(args.concurrency)]
+            name: [
+                await stack.enter_async_context(httpx.AsyncClient(limits=one, timeout=60))
+                for _ in range(args.concurrency)
+            ]
             for name in targets
-        }  # fmt: skip
+        }
         for name, (url, headers) in targets.items():  # connections, caches, code paths
             # One request alone first: a cold gateway answers requests that arrive while
             # its worker directory is first loading with 404 model_not_found.
@@ -193,13 +210,16 @@ async def _measure(args: argparse.Namespace, direct_url: str, gateway_url: str, 
                 result = await _drive(lanes[name], url, body, headers, per_round)
                 result.server_cpu = cpu_seconds(pids[name]) - cpu
                 runs[name].extend(result)
-                print(f"  round {round_no + 1}/{args.rounds} {name:7}: "
-                      f"{result.throughput:7.0f} req/s  p50 "
-                      f"{percentile(result.latencies, 50) * 1e3:6.2f} ms")  # fmt: skip
+                print(
+                    f"  round {round_no + 1}/{args.rounds} {name:7}: "
+                    f"{result.throughput:7.0f} req/s  p50 "
+                    f"{percentile(result.latencies, 50) * 1e3:6.2f} ms"
+                )
         for name in targets:
             url, headers = targets[name]
-            runs[f"{name}_serial"] = await _drive(lanes[name][:1], url, body, headers,
-                                                  args.serial_requests)  # fmt: skip
+            runs[f"{name}_serial"] = await _drive(
+                lanes[name][:1], url, body, headers, args.serial_requests
+            )
     return runs
 
 
@@ -227,8 +247,21 @@ def _uvicorn(
     app: str, port: int, *, app_dir: Path, cpus: set[int] | None
 ) -> Iterator[subprocess.Popen]:
     """``uvicorn app`` in its own process (uvloop, httptools, one worker); stopped on exit."""
-    command = [sys.executable, "-m", "uvicorn", app, "--app-dir", str(app_dir), "--host",
-               "127.0.0.1", "--port", str(port), "--workers", "1", *UVICORN_FLAGS]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        app,
+        "--app-dir",
+        str(app_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        *UVICORN_FLAGS,
+    ]
     # Django warns at start that collectstatic has not run; irrelevant here.
     env = {**os.environ, "PYTHONWARNINGS": "ignore:No directory at:UserWarning"}
     process = subprocess.Popen(command, cwd=REPO, env=env)
@@ -258,8 +291,9 @@ def _create_caller(stub_url: str) -> str:
     actor = Actor.cli(principal=admin)
     sa = service_account_create(actor=actor, tenant=tenant, name="loadgen")
     policy = policy_get(tenant=tenant)
-    specs = [BindingSpec(role=b.role.name, principal_id=str(b.principal_id))
-             for b in policy.bindings]  # fmt: skip
+    specs = [
+        BindingSpec(role=b.role.name, principal_id=str(b.principal_id)) for b in policy.bindings
+    ]
     specs.append(BindingSpec(role="tenant.developer", principal_id=str(sa.pk)))
     policy_set(actor=actor, tenant=tenant, etag=policy.etag, bindings=specs)
     issued = keys.api_key_create(actor=actor, tenant=tenant, name="loadgen", principal=sa)
@@ -293,8 +327,12 @@ def _usage_queue_length() -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--requests", type=int, default=6000,
-                        help="measured requests per path (split over --rounds)")  # fmt: skip
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=6000,
+        help="measured requests per path (split over --rounds)",
+    )
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--serial-requests", type=int, default=500)
@@ -319,11 +357,13 @@ def main() -> int:
         key = _create_caller(stub_url)
         body = _request_body()
         with (
-            _uvicorn("gateway_overhead:stub_app", stub_port, app_dir=BENCH_DIR,
-                     cpus=other_cpus) as stub,
-            _uvicorn("controlplane.asgi:application", gateway_port, app_dir=REPO,
-                     cpus=gateway_cpus) as gateway,
-        ):  # fmt: skip
+            _uvicorn(
+                "gateway_overhead:stub_app", stub_port, app_dir=BENCH_DIR, cpus=other_cpus
+            ) as stub,
+            _uvicorn(
+                "controlplane.asgi:application", gateway_port, app_dir=REPO, cpus=gateway_cpus
+            ) as gateway,
+        ):
             _wait_http(f"{stub_url}/", stub)
             _wait_http(f"{gateway_url}/v1/models", gateway)  # 401 without a key: up
             queued_before = _usage_queue_length()
@@ -338,9 +378,13 @@ def main() -> int:
                 f"{args.serial_requests} at concurrency 1; uvicorn: 1 worker per server, "
                 f"--loop uvloop --http httptools; load generator on uvloop; request body "
                 f"{len(body)} bytes; load average {os.getloadavg()[0]:.2f}; "
-                + (f"gateway pinned to CPU {sorted(gateway_cpus)}, load generator and stub "
-                   f"to CPU {sorted(other_cpus)}" if pin else "no CPU pinning")
-            )  # fmt: skip
+                + (
+                    f"gateway pinned to CPU {sorted(gateway_cpus)}, load generator and stub "
+                    f"to CPU {sorted(other_cpus)}"
+                    if pin
+                    else "no CPU pinning"
+                )
+            )
             pids = {"direct": stub.pid, "gateway": gateway.pid}
             runs = uvloop.run(_measure(args, stub_url, gateway_url, key, body, pids))
             metered = _usage_queue_length() - queued_before
@@ -352,33 +396,52 @@ def _report(args: argparse.Namespace, runs: dict[str, Run], metered: int) -> int
         return percentile(run.latencies, q) * 1e3
 
     direct, gateway = runs["direct"], runs["gateway"]
-    print(f"{'path':16} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} "
-          f"{'p99 ms':>8} {'errors':>6}")  # fmt: skip
+    print(
+        f"{'path':16} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} "
+        f"{'p99 ms':>8} {'errors':>6}"
+    )
     for name, run in runs.items():
-        print(f"{name:16} {len(run.latencies):8} {run.throughput:8.0f} {ms(run, 50):8.2f} "
-              f"{ms(run, 95):8.2f} {ms(run, 99):8.2f} {run.errors:6}")  # fmt: skip
+        print(
+            f"{name:16} {len(run.latencies):8} {run.throughput:8.0f} {ms(run, 50):8.2f} "
+            f"{ms(run, 95):8.2f} {ms(run, 99):8.2f} {run.errors:6}"
+        )
     added = {q: ms(gateway, q) - ms(direct, q) for q in (50, 95, 99)}
     serial = {q: ms(runs["gateway_serial"], q) - ms(runs["direct_serial"], q) for q in (50, 99)}
     ratio = gateway.throughput / direct.throughput
     own = percentile(gateway.overheads_ms, 50) if gateway.overheads_ms else float("nan")
     own_serial = percentile(runs["gateway_serial"].overheads_ms, 50)
-    total_gateway = sum(len(runs[n].latencies) + runs[n].errors
-                        for n in ("gateway", "gateway_serial")) + args.warmup + 1  # fmt: skip
+    total_gateway = (
+        sum(len(runs[n].latencies) + runs[n].errors for n in ("gateway", "gateway_serial"))
+        + args.warmup
+        + 1
+    )
     met_p50, met_p99 = added[50] <= TARGET_P50_MS, added[99] <= TARGET_P99_MS
-    print(f"added latency at concurrency {args.concurrency} (gateway - direct): "
-          f"p50 {added[50]:.2f} ms, p95 {added[95]:.2f} ms, p99 {added[99]:.2f} ms")  # fmt: skip
+    print(
+        f"added latency at concurrency {args.concurrency} (gateway - direct): "
+        f"p50 {added[50]:.2f} ms, p95 {added[95]:.2f} ms, p99 {added[99]:.2f} ms"
+    )
     print(f"added latency at concurrency 1: p50 {serial[50]:.2f} ms, p99 {serial[99]:.2f} ms")
-    print(f"gateway's own x-cacheplane-overhead-ms, median: {own:.2f} ms at concurrency "
-          f"{args.concurrency}, {own_serial:.2f} ms at concurrency 1")  # fmt: skip
-    print(f"server CPU per request: gateway {gateway.server_cpu_ms:.3f} ms, stub "
-          f"{direct.server_cpu_ms:.3f} ms (direct runs)")  # fmt: skip
-    print(f"throughput ratio gateway/direct: {ratio:.2f} "
-          f"({gateway.throughput:.0f} vs {direct.throughput:.0f} req/s)")  # fmt: skip
-    print(f"usage records queued by the gateway: {metered} of {total_gateway} requests; "
-          f"load average at the end {os.getloadavg()[0]:.2f} (other work on this machine "
-          f"skews every figure)")  # fmt: skip
-    print(f"targets: added p50 <= {TARGET_P50_MS:g} ms {'met' if met_p50 else 'MISSED'}, "
-          f"added p99 <= {TARGET_P99_MS:g} ms {'met' if met_p99 else 'MISSED'}")  # fmt: skip
+    print(
+        f"gateway's own x-cacheplane-overhead-ms, median: {own:.2f} ms at concurrency "
+        f"{args.concurrency}, {own_serial:.2f} ms at concurrency 1"
+    )
+    print(
+        f"server CPU per request: gateway {gateway.server_cpu_ms:.3f} ms, stub "
+        f"{direct.server_cpu_ms:.3f} ms (direct runs)"
+    )
+    print(
+        f"throughput ratio gateway/direct: {ratio:.2f} "
+        f"({gateway.throughput:.0f} vs {direct.throughput:.0f} req/s)"
+    )
+    print(
+        f"usage records queued by the gateway: {metered} of {total_gateway} requests; "
+        f"load average at the end {os.getloadavg()[0]:.2f} (other work on this machine "
+        f"skews every figure)"
+    )
+    print(
+        f"targets: added p50 <= {TARGET_P50_MS:g} ms {'met' if met_p50 else 'MISSED'}, "
+        f"added p99 <= {TARGET_P99_MS:g} ms {'met' if met_p99 else 'MISSED'}"
+    )
     print(
         f"RESULT concurrency={args.concurrency} requests={len(gateway.latencies)} "
         f"direct_p50_ms={ms(direct, 50):.2f} direct_p99_ms={ms(direct, 99):.2f} "

@@ -62,8 +62,15 @@ from workers.routing import rendezvous_order  # noqa: E402
 MODEL = "bench/ref-tiny"
 # The tiny test shape (2 layers, 2 KV heads x 16, fp32: 512 bytes a token) with room for
 # long multi-turn prompts; the byte-level tokenizer makes one ASCII character one token.
-SHAPE = ModelConfig(num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16,
-                    intermediate_size=128, max_position_embeddings=4096)  # fmt: skip
+SHAPE = ModelConfig(
+    num_layers=2,
+    hidden_size=64,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=128,
+    max_position_embeddings=4096,
+)
 BLOCK_SIZE = 16
 BYTES_PER_TOKEN = 512
 MAX_MODEL_LEN = 4096
@@ -101,8 +108,10 @@ class Trace:
 
     def messages(self, session: Session, turn: int) -> list[dict[str, str]]:
         """Turn ``turn`` of ``session``: fixed prefix, then the history, then the question."""
-        system = (f"{self.system_prompts[session.tenant]}\n\n"
-                  f"{self.documents[session.tenant][session.document]}")  # fmt: skip
+        system = (
+            f"{self.system_prompts[session.tenant]}\n\n"
+            f"{self.documents[session.tenant][session.document]}"
+        )
         messages = [{"role": "system", "content": system}]
         for past in range(turn):
             messages.append({"role": "user", "content": session.questions[past]})
@@ -129,10 +138,13 @@ def _zipf(n: int, s: float) -> list[float]:
 def build_trace(args: argparse.Namespace) -> Trace:
     rng = random.Random(args.seed)
     tenants = range(args.tenants)
-    system_prompts = [_text(rng, args.system_chars, f"You are the assistant of tenant {t}.")
-                      for t in tenants]  # fmt: skip
-    documents = [[_text(rng, args.document_chars, f"[document {t}-{d}]")
-                  for d in range(args.documents)] for t in tenants]  # fmt: skip
+    system_prompts = [
+        _text(rng, args.system_chars, f"You are the assistant of tenant {t}.") for t in tenants
+    ]
+    documents = [
+        [_text(rng, args.document_chars, f"[document {t}-{d}]") for d in range(args.documents)]
+        for t in tenants
+    ]
     tenant_weights = _zipf(args.tenants, args.zipf)
     document_weights = _zipf(args.documents, args.zipf)
     sessions = []
@@ -155,8 +167,14 @@ class Policy:
 
     name = ""
 
-    def choose(self, trace: Trace, session: Session, messages: list, views: list[WorkerView],
-               inflight: dict[str, int]) -> tuple[WorkerView, object]:  # fmt: skip
+    def choose(
+        self,
+        trace: Trace,
+        session: Session,
+        messages: list,
+        views: list[WorkerView],
+        inflight: dict[str, int],
+    ) -> tuple[WorkerView, object]:
         raise NotImplementedError
 
     def answered(self, token: object, worker: WorkerView) -> None:
@@ -169,7 +187,7 @@ class RoundRobin(Policy):
     def __init__(self) -> None:
         self.turn = 0
 
-    def choose(self, trace, session, messages, views, inflight):  # noqa: ANN001, ANN201
+    def choose(self, trace, session, messages, views, inflight):
         self.turn += 1
         return views[self.turn % len(views)], None
 
@@ -177,7 +195,7 @@ class RoundRobin(Policy):
 class SessionAffinity(Policy):
     name = "session"
 
-    def choose(self, trace, session, messages, views, inflight):  # noqa: ANN001, ANN201
+    def choose(self, trace, session, messages, views, inflight):
         return rendezvous_order(session.id, views)[0], None
 
 
@@ -190,19 +208,19 @@ class PrefixAware(Policy):
         self.index = PrefixIndex()
         self.decisions: Counter = Counter()  # to a holder / spilled off holders / new prefix
 
-    def choose(self, trace, session, messages, views, inflight):  # noqa: ANN001, ANN201
+    def choose(self, trace, session, messages, views, inflight):
         salt = trace.salts[session.tenant]
         text = prompt_text({"messages": messages}, "chat")
         chain = prefix_chain(text, salt=salt, block_size=views[0].block_size)
         preferred, _depth = self.index.holders(chain)
         key = chain[0] if chain else f"{session.tenant}:{text[:256]}"
-        worker = order_candidates(key=key, workers=views, inflight=inflight,
-                                  preferred=preferred)[0]  # fmt: skip
-        self.decisions["holder" if worker.name in preferred else
-                       "spilled" if preferred else "new"] += 1  # fmt: skip
+        worker = order_candidates(key=key, workers=views, inflight=inflight, preferred=preferred)[0]
+        self.decisions[
+            "holder" if worker.name in preferred else "spilled" if preferred else "new"
+        ] += 1
         return worker, chain
 
-    def answered(self, token, worker):  # noqa: ANN001, ANN201
+    def answered(self, token, worker):
         if token:
             self.index.record(token, worker.name)
 
@@ -212,7 +230,7 @@ class Oracle(Policy):
 
     name = "oracle"
 
-    def choose(self, trace, session, messages, views, inflight):  # noqa: ANN001, ANN201
+    def choose(self, trace, session, messages, views, inflight):
         return views[session.tenant], None
 
 
@@ -250,15 +268,25 @@ async def _refresh_usage(running: list[RunningWorker], views: list[WorkerView]) 
         for i, worker in enumerate(running):
             usage = (await asyncio.to_thread(worker.engine.snapshot))["usage"]
             old = views[i]
-            views[i] = WorkerView(old.name, old.base_url, old.model, old.pool, old.block_size,
-                                  float(usage))  # fmt: skip
+            views[i] = WorkerView(
+                old.name, old.base_url, old.model, old.pool, old.block_size, float(usage)
+            )
 
 
-async def replay(trace: Trace, policy: Policy, running: list[RunningWorker],
-                 concurrency: int) -> Outcome:  # fmt: skip
-    views = [WorkerView(name=f"w{i}", base_url=w.base_url, model=MODEL, pool="bench",
-                        block_size=BLOCK_SIZE, kv_usage=0.0)
-             for i, w in enumerate(running)]  # fmt: skip
+async def replay(
+    trace: Trace, policy: Policy, running: list[RunningWorker], concurrency: int
+) -> Outcome:
+    views = [
+        WorkerView(
+            name=f"w{i}",
+            base_url=w.base_url,
+            model=MODEL,
+            pool="bench",
+            block_size=BLOCK_SIZE,
+            kv_usage=0.0,
+        )
+        for i, w in enumerate(running)
+    ]
     inflight = {v.name: 0 for v in views}
     outcome = Outcome(policy.name, per_worker=Counter({v.name: 0 for v in views}))
     queue = iter(trace.sessions)
@@ -269,13 +297,19 @@ async def replay(trace: Trace, policy: Policy, running: list[RunningWorker],
             for turn in range(len(session.questions)):
                 messages = trace.messages(session, turn)
                 worker, token = policy.choose(trace, session, messages, views, inflight)
-                body = {"model": MODEL, "messages": messages, "max_tokens": 1,
-                        "temperature": 0, "cache_salt": trace.salts[session.tenant]}  # fmt: skip
+                body = {
+                    "model": MODEL,
+                    "messages": messages,
+                    "max_tokens": 1,
+                    "temperature": 0,
+                    "cache_salt": trace.salts[session.tenant],
+                }
                 inflight[worker.name] += 1
                 started = time.perf_counter()
                 try:
-                    response = await client.post(f"{worker.base_url}/v1/chat/completions",
-                                                 json=body)  # fmt: skip
+                    response = await client.post(
+                        f"{worker.base_url}/v1/chat/completions", json=body
+                    )
                 finally:
                     inflight[worker.name] -= 1
                 elapsed = time.perf_counter() - started
@@ -320,8 +354,11 @@ def _config(pool_tokens: int) -> EngineConfig:
 
 
 def run_policy(trace: Trace, policy: Policy, args: argparse.Namespace) -> Outcome:
-    workers, pool = ((args.tenants, ORACLE_POOL_TOKENS) if policy.name == "oracle"
-                     else (args.workers, args.pool_tokens))  # fmt: skip
+    workers, pool = (
+        (args.tenants, ORACLE_POOL_TOKENS)
+        if policy.name == "oracle"
+        else (args.workers, args.pool_tokens)
+    )
     with contextlib.ExitStack() as stack:
         running = [stack.enter_context(serve(_config(pool))) for _ in range(workers)]
         return asyncio.run(replay(trace, policy, running, args.concurrency))
@@ -359,26 +396,36 @@ def main() -> int:
         f"workers of {ORACLE_POOL_TOKENS:,} tokens; {os.cpu_count()} cores, torch "
         f"{args.threads} thread(s); load average {os.getloadavg()[0]:.2f}"
     )
-    makers = {"round_robin": RoundRobin, "session": SessionAffinity, "prefix": PrefixAware,
-              "oracle": Oracle}  # fmt: skip
+    makers = {
+        "round_robin": RoundRobin,
+        "session": SessionAffinity,
+        "prefix": PrefixAware,
+        "oracle": Oracle,
+    }
     outcomes: dict[str, Outcome] = {}
-    print(f"{'policy':12} {'hit rate':>8} {'miss':>6} {'TTFT p50':>9} {'p90':>8} "
-          f"{'busiest/mean':>12} {'per worker':>24} {'errors':>6} {'wall':>6}")  # fmt: skip
+    print(
+        f"{'policy':12} {'hit rate':>8} {'miss':>6} {'TTFT p50':>9} {'p90':>8} "
+        f"{'busiest/mean':>12} {'per worker':>24} {'errors':>6} {'wall':>6}"
+    )
     notes = []
     for name in args.policies.split(","):
         policy = makers[name]()
         outcome = run_policy(trace, policy, args)
         if isinstance(policy, PrefixAware):
             d = policy.decisions
-            notes.append(f"prefix-aware decisions: {d['holder']} to a holder of the longest "
-                         f"remembered prefix, {d['spilled']} spilled off busy holders, "
-                         f"{d['new']} new prefixes")  # fmt: skip
+            notes.append(
+                f"prefix-aware decisions: {d['holder']} to a holder of the longest "
+                f"remembered prefix, {d['spilled']} spilled off busy holders, "
+                f"{d['new']} new prefixes"
+            )
         outcomes[name] = outcome
         spread = "/".join(str(outcome.per_worker[k]) for k in sorted(outcome.per_worker))
-        print(f"{name:12} {outcome.hit_rate:8.3f} {1 - outcome.hit_rate:6.3f} "
-              f"{outcome.ttft_ms(50):7.1f}ms {outcome.ttft_ms(90):6.1f}ms "
-              f"{outcome.balance:12.2f} {spread:>24} {outcome.errors:6} "
-              f"{outcome.elapsed:5.1f}s")  # fmt: skip
+        print(
+            f"{name:12} {outcome.hit_rate:8.3f} {1 - outcome.hit_rate:6.3f} "
+            f"{outcome.ttft_ms(50):7.1f}ms {outcome.ttft_ms(90):6.1f}ms "
+            f"{outcome.balance:12.2f} {spread:>24} {outcome.errors:6} "
+            f"{outcome.elapsed:5.1f}s"
+        )
     for note in notes:
         print(note)
     return _report(outcomes, trace)
@@ -401,21 +448,30 @@ def _report(outcomes: dict[str, Outcome], trace: Trace) -> int:
     def verdict(ok: bool) -> str:
         return "met" if ok else "MISSED"
 
-    print(f"prefix-aware hit rate = {vs_oracle:.2f} x oracle (target >= {TARGET_ORACLE_SHARE}: "
-          f"{verdict(met['oracle'])}); busiest = {prefix.balance:.2f} x mean (target <= "
-          f"{TARGET_BALANCE}: {verdict(met['balance'])}); miss rate = {miss_vs_rr:.2f} x "
-          f"round-robin's (target <= {TARGET_MISS_SHARE}: {verdict(met['miss'])})")  # fmt: skip
-    print(f"TTFT p50: prefix-aware {prefix.ttft_ms(50):.1f} ms vs round-robin "
-          f"{rr.ttft_ms(50):.1f} ms ({speedup:.2f}x)")  # fmt: skip
+    print(
+        f"prefix-aware hit rate = {vs_oracle:.2f} x oracle (target >= {TARGET_ORACLE_SHARE}: "
+        f"{verdict(met['oracle'])}); busiest = {prefix.balance:.2f} x mean (target <= "
+        f"{TARGET_BALANCE}: {verdict(met['balance'])}); miss rate = {miss_vs_rr:.2f} x "
+        f"round-robin's (target <= {TARGET_MISS_SHARE}: {verdict(met['miss'])})"
+    )
+    print(
+        f"TTFT p50: prefix-aware {prefix.ttft_ms(50):.1f} ms vs round-robin "
+        f"{rr.ttft_ms(50):.1f} ms ({speedup:.2f}x)"
+    )
     fields = [f"requests={trace.requests}"]
     for name, outcome in outcomes.items():
-        fields += [f"{name}_hit={outcome.hit_rate:.3f}",
-                   f"{name}_ttft_p50_ms={outcome.ttft_ms(50):.1f}",
-                   f"{name}_busiest_over_mean={outcome.balance:.2f}"]  # fmt: skip
-    fields += [f"prefix_vs_oracle={vs_oracle:.2f}", f"prefix_miss_vs_rr={miss_vs_rr:.2f}",
-               f"ttft_speedup_vs_rr={speedup:.2f}",
-               f"errors={sum(o.errors for o in outcomes.values())}",
-               *(f"target_{k}_met={v}" for k, v in met.items())]  # fmt: skip
+        fields += [
+            f"{name}_hit={outcome.hit_rate:.3f}",
+            f"{name}_ttft_p50_ms={outcome.ttft_ms(50):.1f}",
+            f"{name}_busiest_over_mean={outcome.balance:.2f}",
+        ]
+    fields += [
+        f"prefix_vs_oracle={vs_oracle:.2f}",
+        f"prefix_miss_vs_rr={miss_vs_rr:.2f}",
+        f"ttft_speedup_vs_rr={speedup:.2f}",
+        f"errors={sum(o.errors for o in outcomes.values())}",
+        *(f"target_{k}_met={v}" for k, v in met.items()),
+    ]
     print("RESULT " + " ".join(fields))
     return 0
 

@@ -36,8 +36,12 @@ def scratch_django(name: str) -> Iterator[None]:
 
     config = dj_database_url.parse(os.environ["DATABASE_URL"])
     db_name = f"bench_{name}_{os.getpid()}"
-    params = {"host": config["HOST"] or "127.0.0.1", "user": config["USER"] or "postgres",
-              "dbname": "postgres", "autocommit": True}  # fmt: skip
+    params = {
+        "host": config["HOST"] or "127.0.0.1",
+        "user": config["USER"] or "postgres",
+        "dbname": "postgres",
+        "autocommit": True,
+    }
     if config.get("PORT"):
         params["port"] = config["PORT"]
     if config.get("PASSWORD"):

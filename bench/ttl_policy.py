@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from billing.ttl_policy import (  # noqa: E402
+from billing.ttl_policy import (
     EXTEND,
     CacheEconomics,
     ewma_decay,
@@ -69,7 +69,7 @@ class Cache:
         return self.tokens * MODELS[self.model][2] / 1e6 / HOUR
 
 
-def _sessions(rng, horizon, per_hour, phase, length, gap_mean, out) -> None:  # noqa: ANN001
+def _sessions(rng, horizon, per_hour, phase, length, gap_mean, out) -> None:
     """Diurnal session arrivals (by thinning); each session is a run of close queries."""
     peak = per_hour * 1.8 / HOUR
     t = 0.0
@@ -105,20 +105,40 @@ def make_trace(*, caches: int, hours: float, seed: int) -> list[Cache]:
         phase, times = rng.uniform(0, 24), []
         if kind == "agent":
             tokens = int(rng.uniform(20_000, 200_000))
-            _sessions(rng, horizon, min(0.03 * rng.paretovariate(1.2), 6), phase,
-                      lambda: int(rng.lognormvariate(math.log(25), 0.8)) + 1,
-                      rng.uniform(3, 30), times)  # fmt: skip
+            _sessions(
+                rng,
+                horizon,
+                min(0.03 * rng.paretovariate(1.2), 6),
+                phase,
+                lambda: int(rng.lognormvariate(math.log(25), 0.8)) + 1,
+                rng.uniform(3, 30),
+                times,
+            )
         elif kind == "support":
             tokens = int(rng.uniform(8_000, 60_000))
-            _sessions(rng, horizon, min(0.1 * rng.paretovariate(1.2), 30), phase,
-                      lambda: 1 + int(rng.expovariate(1 / 5)), rng.uniform(20, 120),
-                      times)  # fmt: skip
+            _sessions(
+                rng,
+                horizon,
+                min(0.1 * rng.paretovariate(1.2), 30),
+                phase,
+                lambda: 1 + int(rng.expovariate(1 / 5)),
+                rng.uniform(20, 120),
+                times,
+            )
         else:
             tokens = int(rng.uniform(100_000, 250_000))
-            _sessions(rng, horizon, min(0.2 * rng.paretovariate(1.1), 60), phase,
-                      lambda: 1, 1.0, times)  # fmt: skip
-            _sessions(rng, horizon, min(0.02 * rng.paretovariate(1.2), 2), phase,
-                      lambda: int(rng.uniform(5, 20)), rng.uniform(60, 300), times)  # fmt: skip
+            _sessions(
+                rng, horizon, min(0.2 * rng.paretovariate(1.1), 60), phase, lambda: 1, 1.0, times
+            )
+            _sessions(
+                rng,
+                horizon,
+                min(0.02 * rng.paretovariate(1.2), 2),
+                phase,
+                lambda: int(rng.uniform(5, 20)),
+                rng.uniform(60, 300),
+                times,
+            )
         times.sort()
         if times:
             out.append(Cache(kind, rng.choice(tuple(MODELS)), tokens, times))
@@ -168,9 +188,11 @@ def cost_economic(c: Cache, *, window: float, tau: float, margin: Decimal) -> fl
     """The policy as the caches app runs it: decide after each query and at each expiry."""
     price = MODELS[c.model]
     econ = CacheEconomics(
-        tokens=c.tokens, miss_per_mtok=Decimal(repr(price[0])),
-        hit_per_mtok=Decimal(repr(price[1])), storage_per_mtok_hour=Decimal(repr(price[2])),
-    )  # fmt: skip
+        tokens=c.tokens,
+        miss_per_mtok=Decimal(repr(price[0])),
+        hit_per_mtok=Decimal(repr(price[1])),
+        storage_per_mtok_hour=Decimal(repr(price[2])),
+    )
     rate, last_hit = 0.0, None
     alive_until = -1.0  # the cache exists on [created, alive_until)
     total = 0.0
@@ -180,11 +202,15 @@ def cost_economic(c: Cache, *, window: float, tau: float, margin: Decimal) -> fl
         while alive_from is not None and alive_until <= t:
             current = ewma_decay(
                 rate_per_hour=rate, last_at=last_hit, now=alive_until, tau_seconds=tau
-            )  # noqa: E501
+            )
             decision = ttl_decision(
-                rate_per_hour=current, economics=econ, remaining_ttl_seconds=0,
-                window_seconds=int(window), margin=margin, idle_seconds=alive_until - last_hit,
-            )  # fmt: skip
+                rate_per_hour=current,
+                economics=econ,
+                remaining_ttl_seconds=0,
+                window_seconds=int(window),
+                margin=margin,
+                idle_seconds=alive_until - last_hit,
+            )
             if decision.action == EXTEND:
                 alive_until += decision.ttl_seconds
             else:
@@ -196,9 +222,12 @@ def cost_economic(c: Cache, *, window: float, tau: float, margin: Decimal) -> fl
         last_hit = t
         remaining = int(alive_until - t) if hit else 0
         decision = ttl_decision(
-            rate_per_hour=rate, economics=econ, remaining_ttl_seconds=remaining,
-            window_seconds=int(window), margin=margin,
-        )  # fmt: skip
+            rate_per_hour=rate,
+            economics=econ,
+            remaining_ttl_seconds=remaining,
+            window_seconds=int(window),
+            margin=margin,
+        )
         if decision.action == EXTEND:
             if alive_from is None:
                 alive_from = t
@@ -210,12 +239,15 @@ def cost_economic(c: Cache, *, window: float, tau: float, margin: Decimal) -> fl
             while True:
                 current = ewma_decay(
                     rate_per_hour=rate, last_at=last_hit, now=alive_until, tau_seconds=tau
-                )  # noqa: E501
+                )
                 decision = ttl_decision(
-                    rate_per_hour=current, economics=econ, remaining_ttl_seconds=0,
-                    window_seconds=int(window), margin=margin,
+                    rate_per_hour=current,
+                    economics=econ,
+                    remaining_ttl_seconds=0,
+                    window_seconds=int(window),
+                    margin=margin,
                     idle_seconds=alive_until - last_hit,
-                )  # fmt: skip
+                )
                 if decision.action != EXTEND:
                     break
                 alive_until += decision.ttl_seconds
@@ -260,15 +292,19 @@ def main() -> None:
         f"trace: {len(trace)} caches ({', '.join(f'{counts[k]} {k}' for k in kinds)}), "
         f"{queries} queries over {args.hours:.0f} h, seed {args.seed}"
     )
-    print(f"{'policy':<17} {'cost USD':>11} {'saved USD':>11} {'of optimum':>11}  "
-          + "  ".join(f"{k:>7}" for k in kinds))  # fmt: skip
+    print(
+        f"{'policy':<17} {'cost USD':>11} {'saved USD':>11} {'of optimum':>11}  "
+        + "  ".join(f"{k:>7}" for k in kinds)
+    )
     print(f"{'no_cache':<17} {baseline:>11.2f} {0:>11.2f} {0:>11.3f}")
     fractions = {}
     for name, costs in per_cache.items():
         fractions[name] = fraction(costs)
         by_kind = "  ".join(f"{fraction(costs, k):>7.3f}" for k in kinds)
-        print(f"{name:<17} {sum(costs):>11.2f} {baseline - sum(costs):>11.2f} "
-              f"{fractions[name]:>11.3f}  {by_kind}")  # fmt: skip
+        print(
+            f"{name:<17} {sum(costs):>11.2f} {baseline - sum(costs):>11.2f} "
+            f"{fractions[name]:>11.3f}  {by_kind}"
+        )
     best_fixed = max(fractions[k] for k in ("fixed_5m", "fixed_1h", "fixed_24h"))
     ratio = fractions["economic"] / best_fixed if best_fixed > 0 else float("inf")
     print(f"economic vs the best fixed TTL (baseline): {ratio:.2f}x the savings")

@@ -102,14 +102,18 @@ def main() -> None:
             indexed = _plan_uses_partial_index()
             sweep_ms, swept = _sweep_ms()
             results[label] = (sweep_ms, baseline)
-            print(f"{label:5} rows={total:>9,} due={args.due} fill={fill_s:5.1f}s "
-                  f"sweep={sweep_ms:8.1f} ms swept={swept} partial_index_used={indexed} "
-                  f"baseline_seq_scan_find={baseline:8.1f} ms")  # fmt: skip
+            print(
+                f"{label:5} rows={total:>9,} due={args.due} fill={fill_s:5.1f}s "
+                f"sweep={sweep_ms:8.1f} ms swept={swept} partial_index_used={indexed} "
+                f"baseline_seq_scan_find={baseline:8.1f} ms"
+            )
         ratio = results["large"][0] / results["small"][0]
         baseline_ratio = results["large"][1] / max(results["small"][1], 1e-6)
         size_ratio = args.large / args.small
-        print(f"table grew {size_ratio:.0f}x; sweep time grew {ratio:.2f}x "
-              f"(baseline scan grew {baseline_ratio:.1f}x)")  # fmt: skip
+        print(
+            f"table grew {size_ratio:.0f}x; sweep time grew {ratio:.2f}x "
+            f"(baseline scan grew {baseline_ratio:.1f}x)"
+        )
         print(
             f"RESULT rows_small={args.small} rows_large={args.large} due={args.due} "
             f"sweep_small_ms={results['small'][0]:.1f} sweep_large_ms={results['large'][0]:.1f} "

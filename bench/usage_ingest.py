@@ -46,7 +46,7 @@ def _with_database(url: str, name: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
 
 
-def _admin_connect(url: str):  # noqa: ANN202
+def _admin_connect(url: str):
     import psycopg
 
     return psycopg.connect(url, autocommit=True)
@@ -63,15 +63,26 @@ def _messages(tenants: list, rows: int, seed: int) -> list[bytes]:
         prompt = rng.randint(200, 150_000)
         cached = rng.randint(0, prompt) if rng.random() < 0.7 else 0
         write = rng.randint(0, prompt - cached) if provider == "anthropic" else 0
-        out.append(usage_message(
-            tenant=rng.choice(tenants), request_id=f"bench-{seed}-{n}", provider=provider,
-            model=model, occurred_at=start + timedelta(milliseconds=3 * n),
-            prompt_tokens=prompt, cached_read_tokens=cached, cache_write_5m_tokens=write,
-            output_tokens=rng.randint(1, 2_000), ttft_ms=rng.randint(50, 2_000),
-            latency_ms=rng.randint(200, 20_000), api_key_id=None, principal_id=None,
-            cache_id=f"cache-{rng.randint(1, 200)}" if cached else None,
-            worker="bench", stream=rng.random() < 0.5,
-        ))  # fmt: skip
+        out.append(
+            usage_message(
+                tenant=rng.choice(tenants),
+                request_id=f"bench-{seed}-{n}",
+                provider=provider,
+                model=model,
+                occurred_at=start + timedelta(milliseconds=3 * n),
+                prompt_tokens=prompt,
+                cached_read_tokens=cached,
+                cache_write_5m_tokens=write,
+                output_tokens=rng.randint(1, 2_000),
+                ttft_ms=rng.randint(50, 2_000),
+                latency_ms=rng.randint(200, 20_000),
+                api_key_id=None,
+                principal_id=None,
+                cache_id=f"cache-{rng.randint(1, 200)}" if cached else None,
+                worker="bench",
+                stream=rng.random() < 0.5,
+            )
+        )
     return out
 
 
@@ -91,8 +102,9 @@ def _baseline(tenant, rows: int) -> float:
             provider, model = rng.choice(MODELS)
             prompt = rng.randint(200, 150_000)
             cached = rng.randint(0, prompt)
-            counts = UsageCounts(prompt_tokens=prompt, cached_read_tokens=cached,
-                                 output_tokens=rng.randint(1, 2_000))  # fmt: skip
+            counts = UsageCounts(
+                prompt_tokens=prompt, cached_read_tokens=cached, output_tokens=rng.randint(1, 2_000)
+            )
             price = index.model_price(provider, model, now)
             cost = token_cost(counts, index.rates(price))
             cursor.execute(
@@ -102,9 +114,20 @@ def _baseline(tenant, rows: int) -> float:
                 "cost_micros, cost_without_cache_micros, recorded_at) VALUES (%s, %s, %s, %s, "
                 "%s, 'bench', '', %s, %s, 0, 0, %s, 'ok', false, %s, %s, %s, now()) "
                 "ON CONFLICT (tenant_id, request_id) DO NOTHING",
-                [tenant.pk, f"single-{n}", now, provider, model, prompt, cached,
-                 counts.output_tokens, price.pk, cost.micros, cost.without_cache_micros],
-            )  # fmt: skip
+                [
+                    tenant.pk,
+                    f"single-{n}",
+                    now,
+                    provider,
+                    model,
+                    prompt,
+                    cached,
+                    counts.output_tokens,
+                    price.pk,
+                    cost.micros,
+                    cost.without_cache_micros,
+                ],
+            )
     return rows / (time.perf_counter() - started)
 
 
@@ -123,17 +146,25 @@ def run(args: argparse.Namespace) -> None:
     from controlplane import ops
     from tenants.models import Tenant
 
-    tenants = [Tenant.objects.create(slug=f"bench-{i:02d}", display_name=f"Bench {i}")
-               for i in range(10)]  # fmt: skip
+    tenants = [
+        Tenant.objects.create(slug=f"bench-{i:02d}", display_name=f"Bench {i}") for i in range(10)
+    ]
     client = ops.redis_client()
     try:
         # The request path: one RPUSH per request (a sample, then the bulk load).
         sample = 5_000
         started = time.perf_counter()
         for n in range(sample):
-            usage_record(tenant=tenants[n % 10], request_id=f"req-{n}", provider="vertex",
-                         model="gemini-2.5-pro", occurred_at=datetime.now(tz=UTC),
-                         prompt_tokens=1_000, cached_read_tokens=900, output_tokens=50)  # fmt: skip
+            usage_record(
+                tenant=tenants[n % 10],
+                request_id=f"req-{n}",
+                provider="vertex",
+                model="gemini-2.5-pro",
+                occurred_at=datetime.now(tz=UTC),
+                prompt_tokens=1_000,
+                cached_read_tokens=900,
+                output_tokens=50,
+            )
         record_us = (time.perf_counter() - started) / sample * 1e6
         messages = _messages(tenants, args.rows, seed=7)
         for i in range(0, len(messages), 10_000):
@@ -158,10 +189,13 @@ def run(args: argparse.Namespace) -> None:
 
     ratio = batch_rate / baseline_rate
     print(f"request path (usage_record, one RPUSH): {record_us:.1f} µs per request")
-    print(f"batch path:   {result.inserted} rows in {batch_elapsed:.2f} s "
-          f"({result.batches} batches of {args.batch}) = {batch_rate:,.0f} rows/s")  # fmt: skip
-    print(f"baseline:     one INSERT per row, {args.baseline_rows} rows = "
-          f"{baseline_rate:,.0f} rows/s")  # fmt: skip
+    print(
+        f"batch path:   {result.inserted} rows in {batch_elapsed:.2f} s "
+        f"({result.batches} batches of {args.batch}) = {batch_rate:,.0f} rows/s"
+    )
+    print(
+        f"baseline:     one INSERT per row, {args.baseline_rows} rows = {baseline_rate:,.0f} rows/s"
+    )
     print(f"replayed {replay.claimed} messages: {replay.inserted} inserted (idempotent)")
     print(f"ledger rows {ledger}, rollup rows {rollups}")
     print(f"batch / per-row insert: {ratio:.1f}x")

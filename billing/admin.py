@@ -24,9 +24,16 @@ from controlplane.readonly_admin import ReadOnlyAdmin
 @admin.register(ModelPrice)
 class ModelPriceAdmin(ReadOnlyAdmin):
     list_display = (
-        "provider", "model", "version", "effective_from", "effective_to", "input_per_mtok",
-        "cached_input_per_mtok", "output_per_mtok", "superseded_at",
-    )  # fmt: skip
+        "provider",
+        "model",
+        "version",
+        "effective_from",
+        "effective_to",
+        "input_per_mtok",
+        "cached_input_per_mtok",
+        "output_per_mtok",
+        "superseded_at",
+    )
     list_filter = ("provider",)
     search_fields = ("model", "source")
 
@@ -40,8 +47,14 @@ class PoolPriceAdmin(ReadOnlyAdmin):
 @admin.register(UsageRecord)
 class UsageRecordAdmin(ReadOnlyAdmin):
     list_display = (
-        "occurred_at", "tenant", "request_id", "provider", "model", "status", "cost_micros",
-    )  # fmt: skip
+        "occurred_at",
+        "tenant",
+        "request_id",
+        "provider",
+        "model",
+        "status",
+        "cost_micros",
+    )
     list_filter = ("provider", "status")
     search_fields = ("request_id", "cache_id")
     list_select_related = ("tenant",)
@@ -50,8 +63,15 @@ class UsageRecordAdmin(ReadOnlyAdmin):
 
 @admin.register(UsageRollup)
 class UsageRollupAdmin(ReadOnlyAdmin):
-    list_display = ("bucket", "granularity", "tenant", "provider", "model", "requests",
-                    "cost_micros")  # fmt: skip
+    list_display = (
+        "bucket",
+        "granularity",
+        "tenant",
+        "provider",
+        "model",
+        "requests",
+        "cost_micros",
+    )
     list_filter = ("granularity", "provider")
     list_select_related = ("tenant",)
 

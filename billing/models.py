@@ -59,9 +59,12 @@ class PriceVersionBase(models.Model):
     source = models.TextField(help_text="Where this price comes from (quoted source text).")
     note = models.CharField(max_length=500, blank=True)
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
         related_name="+",
-    )  # fmt: skip
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -125,7 +128,7 @@ class ModelPrice(PriceVersionBase):
                     storage_per_mtok_hour__gte=0,
                     output_per_mtok__gte=0,
                 ),
-            ),  # fmt: skip
+            ),
         ]
         indexes = [models.Index(fields=["provider", "model", "effective_from"])]
 
@@ -172,7 +175,7 @@ class PoolPrice(PriceVersionBase):
                     kv_blocks_per_gpu__gt=0,
                     kv_block_tokens__gt=0,
                 ),
-            ),  # fmt: skip
+            ),
         ]
         indexes = [models.Index(fields=["pool", "effective_from"])]
 
@@ -218,13 +221,21 @@ class UsageRecord(models.Model):
     # No database-level FK on the ledger's price references: the per-row RI check costs
     # ~10 % of ingest, and price versions are never deleted (PROTECT in the ORM, no API).
     price_version = models.ForeignKey(
-        ModelPrice, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        ModelPrice,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
         db_constraint=False,
-    )  # fmt: skip
+    )
     pool_price = models.ForeignKey(
-        PoolPrice, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        PoolPrice,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
         db_constraint=False,
-    )  # fmt: skip
+    )
     cost_micros = models.BigIntegerField(default=0)
     cost_without_cache_micros = models.BigIntegerField(default=0)
     recorded_at = models.DateTimeField(auto_now_add=True)
@@ -357,9 +368,13 @@ class Budget(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     principal = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
-        related_name="+", help_text="A service account of the tenant; null: the whole tenant.",
-    )  # fmt: skip
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="A service account of the tenant; null: the whole tenant.",
+    )
     name = models.CharField(max_length=100)
     period = models.CharField(max_length=8, choices=BudgetPeriodKind.choices)
     starts_at = models.DateTimeField(null=True, blank=True)
@@ -370,9 +385,12 @@ class Budget(models.Model):
     webhook_url = models.URLField(max_length=500, blank=True)
     webhook_secret = models.CharField(max_length=64, default=_new_webhook_secret)
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
         related_name="+",
-    )  # fmt: skip
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     archived_at = models.DateTimeField(null=True, blank=True)

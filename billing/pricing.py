@@ -82,9 +82,12 @@ class TokenRates:
     def scaled(self) -> tuple[int, int, int, int, int]:
         """(input, cached, write 5m, write 1h, output) × 10^6 as integers (hot path)."""
         return (
-            scaled(self.input), scaled(self.cached_input), scaled(self.cache_write_5m),
-            scaled(self.cache_write_1h), scaled(self.output),
-        )  # fmt: skip
+            scaled(self.input),
+            scaled(self.cached_input),
+            scaled(self.cache_write_5m),
+            scaled(self.cache_write_1h),
+            scaled(self.output),
+        )
 
     @cached_property
     def long_rates(self) -> TokenRates:

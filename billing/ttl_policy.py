@@ -47,9 +47,12 @@ def _seconds_between(earlier: datetime | float, later: datetime | float) -> floa
 
 
 def ewma_decay(
-    *, rate_per_hour: float, last_at: datetime | float | None, now: datetime | float,
+    *,
+    rate_per_hour: float,
+    last_at: datetime | float | None,
+    now: datetime | float,
     tau_seconds: float = 900.0,
-) -> float:  # fmt: skip
+) -> float:
     """The rate estimate at ``now`` without a new hit (queries per hour)."""
     if last_at is None or rate_per_hour <= 0:
         return max(rate_per_hour, 0.0)
@@ -58,9 +61,13 @@ def ewma_decay(
 
 
 def ewma_update(
-    *, rate_per_hour: float, last_at: datetime | float | None, now: datetime | float,
-    tau_seconds: float = 900.0, hits: int = 1,
-) -> float:  # fmt: skip
+    *,
+    rate_per_hour: float,
+    last_at: datetime | float | None,
+    now: datetime | float,
+    tau_seconds: float = 900.0,
+    hits: int = 1,
+) -> float:
     """The rate estimate after ``hits`` queries at ``now`` (queries per hour).
 
     ``r ← r·e^(−Δt/τ) + hits·3600/τ``. Store the result and ``now`` as the new
@@ -153,21 +160,29 @@ def ttl_decision(
         ttl = min(remaining, short_ttl_seconds)
         return TtlDecision(
             action=SHORTEN if remaining > short_ttl_seconds else EXPIRE,
-            ttl_seconds=ttl, allow_new_pins=False, expected_savings_micros=savings,
+            ttl_seconds=ttl,
+            allow_new_pins=False,
+            expected_savings_micros=savings,
             storage_cost_micros=storage,
             reason=f"budget {used:.0%} used (>= {near:.0%}): TTL capped, no new pins",
-        )  # fmt: skip
+        )
     if saving_per_hit > 0 and savings > storage * _dec(margin):
         return TtlDecision(
-            action=EXTEND, ttl_seconds=max(remaining, window_seconds), allow_new_pins=True,
-            expected_savings_micros=savings, storage_cost_micros=storage,
+            action=EXTEND,
+            ttl_seconds=max(remaining, window_seconds),
+            allow_new_pins=True,
+            expected_savings_micros=savings,
+            storage_cost_micros=storage,
             reason=f"expected savings {savings:.0f} > storage {storage:.0f} µ$ over the window",
-        )  # fmt: skip
+        )
     return TtlDecision(
-        action=EXPIRE, ttl_seconds=remaining, allow_new_pins=True,
-        expected_savings_micros=savings, storage_cost_micros=storage,
+        action=EXPIRE,
+        ttl_seconds=remaining,
+        allow_new_pins=True,
+        expected_savings_micros=savings,
+        storage_cost_micros=storage,
         reason=f"expected savings {savings:.0f} <= storage {storage:.0f} µ$ over the window",
-    )  # fmt: skip
+    )
 
 
 def pin_allowed(

@@ -94,7 +94,7 @@ class CacheContent:
                         "etag": d.etag,
                     }.items()
                     if v is not None
-                }  # fmt: skip
+                }
                 for d in c.documents
             ],
         }

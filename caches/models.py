@@ -50,13 +50,13 @@ TRANSITIONS: dict[str, set[str]] = {
         CacheState.EVICTING,
         CacheState.EXPIRED,
         CacheState.ACTIVE,
-    },  # fmt: skip
+    },
     CacheState.REFRESHING: {
         CacheState.ACTIVE,
         CacheState.EXPIRED,
         CacheState.EVICTING,
         CacheState.FAILED,
-    },  # fmt: skip
+    },
     CacheState.EVICTING: {CacheState.EVICTED, CacheState.EXPIRED},
     CacheState.EVICTED: set(),
     CacheState.EXPIRED: set(),

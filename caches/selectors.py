@@ -9,9 +9,12 @@ from tenants.models import Tenant
 
 
 def cache_list(
-    *, tenant: Tenant, state: str | None = None, provider: str | None = None,
+    *,
+    tenant: Tenant,
+    state: str | None = None,
+    provider: str | None = None,
     model: str | None = None,
-) -> QuerySet[CacheObject]:  # fmt: skip
+) -> QuerySet[CacheObject]:
     """The tenant's caches, newest first, optionally filtered."""
     qs = CacheObject.objects.filter(tenant=tenant)
     if state:

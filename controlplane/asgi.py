@@ -21,7 +21,7 @@ from gateway.app import app as gateway_app  # noqa: E402
 GATEWAY_PREFIX = "/v1/"
 
 
-async def http_router(scope, receive, send) -> None:  # noqa: ANN001
+async def http_router(scope, receive, send) -> None:
     """The OpenAI-compatible data plane (``/v1/...``) bypasses Django's middleware stack;
     everything else is the Django control plane."""
     if scope["path"].startswith(GATEWAY_PREFIX):

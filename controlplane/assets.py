@@ -42,9 +42,13 @@ def ensure_assets(*, quiet: bool = True) -> None:
     if assets_ready():
         return
     command = [_npm(), "ci", "--no-audit", "--no-fund", "--loglevel=error"]
-    result = subprocess.run(  # noqa: S603 - fixed command
-        command, cwd=REPO, capture_output=quiet, text=True, timeout=600,
+    result = subprocess.run(
+        command,
+        cwd=REPO,
+        capture_output=quiet,
+        text=True,
+        timeout=600,
         env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
-    )  # fmt: skip
+    )
     if result.returncode != 0 or not assets_ready():
         raise AssetsError(f"npm ci failed: {(result.stderr or '')[-500:]}")

@@ -117,7 +117,7 @@ def _propagate_request_id(headers: dict | None = None, **_: object) -> None:
 
 
 @task_prerun.connect
-def _bind_request_id(task=None, **_: object) -> None:  # noqa: ANN001 - celery signal
+def _bind_request_id(task=None, **_: object) -> None:
     from controlplane.request_context import sanitize_request_id, set_request_id
 
     incoming = getattr(task.request, "cacheplane_request_id", None) if task else None
@@ -125,7 +125,7 @@ def _bind_request_id(task=None, **_: object) -> None:  # noqa: ANN001 - celery s
 
 
 @task_postrun.connect
-def _unbind_request_id(task=None, **_: object) -> None:  # noqa: ANN001 - celery signal
+def _unbind_request_id(task=None, **_: object) -> None:
     from controlplane.request_context import reset_request_id
 
     token = getattr(task.request, "cacheplane_token", None) if task else None

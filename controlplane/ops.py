@@ -32,7 +32,7 @@ def check_database() -> str | None:
         with connections["default"].cursor() as cursor:
             cursor.execute("SELECT 1")
             cursor.fetchone()
-    except Exception as exc:  # noqa: BLE001 - any failure is "not ready"
+    except Exception as exc:
         return _reason(exc)
     return None
 
@@ -41,7 +41,7 @@ def check_redis(url: str | None = None) -> str | None:
     """None if Redis at ``url`` (default REDIS_URL) answers PING."""
     try:
         redis_client(url).ping()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return _reason(exc)
     return None
 
@@ -53,7 +53,7 @@ def check_broker() -> str | None:
     try:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return _reason(exc)
     return None
 

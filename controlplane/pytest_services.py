@@ -18,7 +18,7 @@ _services = None
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config, parser, args) -> None:  # noqa: ANN001
+def pytest_load_initial_conftests(early_config, parser, args) -> None:
     global _services
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return  # the controller already exported the URLs
@@ -34,7 +34,7 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:  # noqa: 
     os.environ.update(_services.start())
 
 
-def pytest_unconfigure(config) -> None:  # noqa: ANN001
+def pytest_unconfigure(config) -> None:
     global _services
     if _services is not None:
         _services.stop()

@@ -32,7 +32,7 @@ class Child:
 
     def start(self, env: dict[str, str]) -> None:
         log = self.log_path.open("ab")
-        self.process = subprocess.Popen(  # noqa: S603 - argv built from our own entry points
+        self.process = subprocess.Popen(
             self.argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
 
@@ -163,25 +163,57 @@ def _run(
         [
             Child(
                 "web",
-                [python, "-m", "uvicorn", "controlplane.asgi:application",
-                 "--host", args.host, "--port", str(args.port), "--no-access-log",
-                 "--log-level", "warning"],
+                [
+                    python,
+                    "-m",
+                    "uvicorn",
+                    "controlplane.asgi:application",
+                    "--host",
+                    args.host,
+                    "--port",
+                    str(args.port),
+                    "--no-access-log",
+                    "--log-level",
+                    "warning",
+                ],
                 logs / "web.log",
             ),
             Child(
                 "celery-worker",
-                [python, "-m", "celery", "-A", "controlplane", "worker", "--loglevel", "INFO",
-                 "--concurrency", "2", "--hostname", f"cacheplane@{os.uname().nodename}"],
+                [
+                    python,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "controlplane",
+                    "worker",
+                    "--loglevel",
+                    "INFO",
+                    "--concurrency",
+                    "2",
+                    "--hostname",
+                    f"cacheplane@{os.uname().nodename}",
+                ],
                 logs / "celery-worker.log",
             ),
             Child(
                 "celery-beat",
-                [python, "-m", "celery", "-A", "controlplane", "beat", "--loglevel", "INFO",
-                 "--schedule", str(data_dir / "celerybeat-schedule")],
+                [
+                    python,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "controlplane",
+                    "beat",
+                    "--loglevel",
+                    "INFO",
+                    "--schedule",
+                    str(data_dir / "celerybeat-schedule"),
+                ],
                 logs / "celery-beat.log",
             ),
         ]
-    )  # fmt: skip
+    )
 
     stop_requested = False
 
@@ -226,33 +258,52 @@ def _demo_providers(python: str, logs: Path, data_dir: Path) -> list[Child]:
         "CACHEPLANE_VERTEX_BASE_URL"
     ):
         port = free_port()
-        os.environ.update({
-            "CACHEPLANE_VERTEX_BASE_URL": f"http://127.0.0.1:{port}",
-            "CACHEPLANE_VERTEX_STATIC_TOKEN": "demo-token",
-            "CACHEPLANE_VERTEX_PROJECT": "cacheplane-demo",
-            "CACHEPLANE_VERTEX_LOCATION": "us-central1",
-        })  # fmt: skip
+        os.environ.update(
+            {
+                "CACHEPLANE_VERTEX_BASE_URL": f"http://127.0.0.1:{port}",
+                "CACHEPLANE_VERTEX_STATIC_TOKEN": "demo-token",
+                "CACHEPLANE_VERTEX_PROJECT": "cacheplane-demo",
+                "CACHEPLANE_VERTEX_LOCATION": "us-central1",
+            }
+        )
         extra.append(
             Child(
                 "vertex-emulator",
-                [python, "-m", "caches.providers.vertex_emulator", "--port", str(port),
-                 "--state-file", str(data_dir / "vertex-emulator.json"), "--log-level",
-                 "warning"],
+                [
+                    python,
+                    "-m",
+                    "caches.providers.vertex_emulator",
+                    "--port",
+                    str(port),
+                    "--state-file",
+                    str(data_dir / "vertex-emulator.json"),
+                    "--log-level",
+                    "warning",
+                ],
                 logs / "vertex-emulator.log",
             )
-        )  # fmt: skip
+        )
     if not os.environ.get("CACHEPLANE_NO_DEMO_WORKER"):
         port = free_port()
         os.environ["CACHEPLANE_DEMO_WORKER_URL"] = f"http://127.0.0.1:{port}"
         extra.append(
             Child(
                 "reference-worker",
-                [python, "-m", "workers.engine.cli", "--port", str(port),
-                 "--served-model-name", DEMO_WORKER_MODEL, "--enable-prompt-tokens-details",
-                 "--uvicorn-log-level", "warning"],
+                [
+                    python,
+                    "-m",
+                    "workers.engine.cli",
+                    "--port",
+                    str(port),
+                    "--served-model-name",
+                    DEMO_WORKER_MODEL,
+                    "--enable-prompt-tokens-details",
+                    "--uvicorn-log-level",
+                    "warning",
+                ],
                 logs / "reference-worker.log",
             )
-        )  # fmt: skip
+        )
     return extra
 
 
@@ -266,8 +317,13 @@ def _register_demo_worker() -> None:
     from tenants.actor import Actor
     from workers.services import worker_register
 
-    worker_register(actor=Actor.cli(), name="demo-reference-0", base_url=url,
-                    model=DEMO_WORKER_MODEL, pool="demo")  # fmt: skip
+    worker_register(
+        actor=Actor.cli(),
+        name="demo-reference-0",
+        base_url=url,
+        model=DEMO_WORKER_MODEL,
+        pool="demo",
+    )
 
 
 def _print_banner(url: str, exported: dict[str, str], logs: Path) -> None:

@@ -33,11 +33,14 @@ class _PushConsumer(AsyncJsonWebsocketConsumer):
 
     async def console_event(self, message: dict) -> None:
         await self.send_json(
-            {"event": message["event"], "payload": message["payload"],
-             "sent_at": message.get("sent_at")}
-        )  # fmt: skip
+            {
+                "event": message["event"],
+                "payload": message["payload"],
+                "sent_at": message.get("sent_at"),
+            }
+        )
 
-    async def receive_json(self, content, **kwargs) -> None:  # noqa: ANN001
+    async def receive_json(self, content, **kwargs) -> None:
         return None  # push only: anything the client sends is ignored
 
 
@@ -74,7 +77,7 @@ class TenantLiveConsumer(_PushConsumer):
         await self.join([tenant_group(tenant.pk, topic) for topic in TENANT_TOPICS])
 
 
-def _tenant_if_member(user, slug: str):  # noqa: ANN001, ANN202
+def _tenant_if_member(user, slug: str):
     from tenants.models import Tenant
 
     if user is None or not user.is_authenticated:

@@ -37,11 +37,10 @@ def publish_now(group: str, event: str, payload: dict[str, Any]) -> None:
         return
     import time
 
-    message = {"type": "console.event", "event": event, "payload": payload,
-               "sent_at": time.time()}  # fmt: skip
+    message = {"type": "console.event", "event": event, "payload": payload, "sent_at": time.time()}
     try:
         async_to_sync(layer.group_send)(group, message)
-    except Exception:  # noqa: BLE001 - best effort: the page re-fetches on reconnect
+    except Exception:
         logger.warning("live event dropped", extra={"group": group, "event": event})
 
 

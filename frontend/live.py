@@ -47,8 +47,7 @@ class UsageTicker:
         with self._lock:
             self._pending.setdefault(tenant_id, UsageDelta()).add(delta)
             if self.autostart and (self._thread is None or not self._thread.is_alive()):
-                self._thread = threading.Thread(target=self._run, name="usage-ticker",
-                                                daemon=True)  # fmt: skip
+                self._thread = threading.Thread(target=self._run, name="usage-ticker", daemon=True)
                 self._thread.start()
 
     def flush(self) -> int:
@@ -61,10 +60,14 @@ class UsageTicker:
         at = time.time()
         for tenant_id, delta in pending.items():
             fleet.add(delta)
-            publish_now(tenant_group(tenant_id, "usage"), "usage.tick",
-                        {**delta.as_dict(), "at": at})  # fmt: skip
-        publish_now(platform_group("usage"), "usage.tick",
-                    {**fleet.as_dict(), "at": at, "tenants": len(pending)})  # fmt: skip
+            publish_now(
+                tenant_group(tenant_id, "usage"), "usage.tick", {**delta.as_dict(), "at": at}
+            )
+        publish_now(
+            platform_group("usage"),
+            "usage.tick",
+            {**fleet.as_dict(), "at": at, "tenants": len(pending)},
+        )
         return len(pending)
 
     def _run(self) -> None:

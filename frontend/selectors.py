@@ -43,15 +43,20 @@ def hit_series(*, tenant_ids: list[Any] | None, minutes: int = 60) -> list[dict[
             cached=Sum("cached_read_tokens"),
             cost=Sum("cost_micros"),
             requests=Sum("requests"),
-        )  # fmt: skip
+        )
         .order_by("bucket")
     )
     return [
-        {"at": r["bucket"].isoformat(), "prompt_tokens": r["prompt"],
-         "cached_tokens": r["cached"], "cost_usd": _usd(r["cost"]), "requests": r["requests"],
-         "hit_rate": round(r["cached"] / r["prompt"], 4) if r["prompt"] else None}
+        {
+            "at": r["bucket"].isoformat(),
+            "prompt_tokens": r["prompt"],
+            "cached_tokens": r["cached"],
+            "cost_usd": _usd(r["cost"]),
+            "requests": r["requests"],
+            "hit_rate": round(r["cached"] / r["prompt"], 4) if r["prompt"] else None,
+        }
         for r in rows
-    ]  # fmt: skip
+    ]
 
 
 def tenant_spend_section(*, tenant: Tenant, now: datetime) -> dict[str, Any]:
@@ -68,12 +73,17 @@ def tenant_spend_section(*, tenant: Tenant, now: datetime) -> dict[str, Any]:
     budget_rows = []
     for budget in budgets:
         period = periods.get(budget.pk)
-        budget_rows.append({
-            "id": str(budget.pk), "name": budget.name, "period": budget.period,
-            "hard_limit": budget.hard_limit, "limit_usd": _usd(budget.limit_micros),
-            "spent_usd": _usd(period.spent_micros) if period else 0.0,
-            "reserved_usd": _usd(period.reserved_micros) if period else 0.0,
-        })  # fmt: skip
+        budget_rows.append(
+            {
+                "id": str(budget.pk),
+                "name": budget.name,
+                "period": budget.period,
+                "hard_limit": budget.hard_limit,
+                "limit_usd": _usd(budget.limit_micros),
+                "spent_usd": _usd(period.spent_micros) if period else 0.0,
+                "reserved_usd": _usd(period.reserved_micros) if period else 0.0,
+            }
+        )
     return {
         "month_start": start.isoformat(),
         "month_end": end.isoformat(),
@@ -98,7 +108,7 @@ def tenant_summary(*, tenant: Tenant, principal: Principal) -> dict[str, Any]:
             "slug": tenant.slug,
             "name": tenant.display_name,
             "state": tenant.state,
-        },  # fmt: skip
+        },
         "permissions": sorted(held),
         "generated_at": now.isoformat(),
     }
@@ -109,12 +119,20 @@ def tenant_summary(*, tenant: Tenant, principal: Principal) -> dict[str, Any]:
             .order_by("-created_at")[:200]
         )
         summary["caches"] = [
-            {"id": str(c.pk), "name": c.name, "provider": c.provider, "model": c.model,
-             "state": c.state, "expire_at": c.expire_at.isoformat() if c.expire_at else None,
-             "ttl_policy": c.ttl_policy, "token_count": c.token_count, "hit_count": c.hit_count,
-             "placement": c.placement}
+            {
+                "id": str(c.pk),
+                "name": c.name,
+                "provider": c.provider,
+                "model": c.model,
+                "state": c.state,
+                "expire_at": c.expire_at.isoformat() if c.expire_at else None,
+                "ttl_policy": c.ttl_policy,
+                "token_count": c.token_count,
+                "hit_count": c.hit_count,
+                "placement": c.placement,
+            }
             for c in caches
-        ]  # fmt: skip
+        ]
     if "usage.get" in held:
         summary["spend"] = tenant_spend_section(tenant=tenant, now=now)
         summary["hit_series"] = hit_series(tenant_ids=[tenant.pk])
@@ -122,24 +140,37 @@ def tenant_summary(*, tenant: Tenant, principal: Principal) -> dict[str, Any]:
         from billing.selectors.budgets import budget_alert_list
 
         summary["alerts"] = [
-            {"id": str(a.pk), "budget": a.budget.name, "threshold": a.threshold,
-             "at": a.created_at.isoformat()}
+            {
+                "id": str(a.pk),
+                "budget": a.budget.name,
+                "threshold": a.threshold,
+                "at": a.created_at.isoformat(),
+            }
             for a in budget_alert_list(tenant=tenant)[:10]
-        ]  # fmt: skip
+        ]
     if "iam.get" in held:
         bindings = RoleBinding.objects.filter(tenant=tenant).select_related("role", "principal")
         summary["members"] = [
-            {"principal": b.principal.username, "kind": b.principal.kind, "role": b.role.name,
-             "expires_at": b.expires_at.isoformat() if b.expires_at else None}
+            {
+                "principal": b.principal.username,
+                "kind": b.principal.kind,
+                "role": b.role.name,
+                "expires_at": b.expires_at.isoformat() if b.expires_at else None,
+            }
             for b in bindings.order_by("principal__username")[:200]
-        ]  # fmt: skip
+        ]
         keys = ApiKey.objects.filter(tenant=tenant).select_related("principal")
         summary["keys"] = [
-            {"id": str(k.pk), "name": k.name, "prefix": k.prefix, "principal": k.principal.username,
-             "revoked": k.revoked_at is not None,
-             "last_used_at": k.last_used_at.isoformat() if k.last_used_at else None}
+            {
+                "id": str(k.pk),
+                "name": k.name,
+                "prefix": k.prefix,
+                "principal": k.principal.username,
+                "revoked": k.revoked_at is not None,
+                "last_used_at": k.last_used_at.isoformat() if k.last_used_at else None,
+            }
             for k in keys.order_by("-created_at")[:100]
-        ]  # fmt: skip
+        ]
     return summary
 
 
@@ -161,7 +192,7 @@ def platform_summary(*, page: int = 1, per_page: int = 50) -> dict[str, Any]:
     spend = dict(
         UsageRollup.objects.filter(
             tenant_id__in=ids, granularity=Granularity.MINUTE, bucket__gte=start
-        )  # fmt: skip
+        )
         .values("tenant_id")
         .annotate(c=Sum("cost_micros"))
         .values_list("tenant_id", "c")
@@ -170,7 +201,7 @@ def platform_summary(*, page: int = 1, per_page: int = 50) -> dict[str, Any]:
         row["tenant_id"]: row
         for row in BudgetPeriod.objects.filter(
             tenant_id__in=ids, period_start__lte=now, period_end__gt=now
-        )  # fmt: skip
+        )
         .values("tenant_id")
         .annotate(limit=Sum("limit_micros"), spent=Sum("spent_micros"))
     }
@@ -187,10 +218,14 @@ def platform_summary(*, page: int = 1, per_page: int = 50) -> dict[str, Any]:
     )
     workers = worker_rows()
     alerts = [
-        {"tenant": a.tenant.slug, "budget": a.budget.name, "threshold": a.threshold,
-         "at": a.created_at.isoformat()}
+        {
+            "tenant": a.tenant.slug,
+            "budget": a.budget.name,
+            "threshold": a.threshold,
+            "at": a.created_at.isoformat(),
+        }
         for a in BudgetAlert.objects.select_related("tenant", "budget").order_by("-created_at")[:20]
-    ]  # fmt: skip
+    ]
     return {
         "generated_at": now.isoformat(),
         "tenants_total": total,
@@ -206,7 +241,7 @@ def platform_summary(*, page: int = 1, per_page: int = 50) -> dict[str, Any]:
                 "live_caches": live.get(t.pk, 0),
             }
             for t in tenants
-        ],  # fmt: skip
+        ],
         "fleet_hit_rate": round(fleet["cached"] / fleet["prompt"], 4) if fleet["prompt"] else None,
         "hit_series": hit_series(tenant_ids=None),
         "workers": workers,
@@ -232,16 +267,24 @@ def cache_detail(*, tenant: Tenant, cache: CacheObject) -> dict[str, Any]:
         for t in cache.transitions.order_by("at", "id")[:200]
     ]
     return {
-        "id": str(cache.pk), "name": cache.name, "provider": cache.provider,
-        "model": cache.model, "state": cache.state, "ttl_policy": cache.ttl_policy,
+        "id": str(cache.pk),
+        "name": cache.name,
+        "provider": cache.provider,
+        "model": cache.model,
+        "state": cache.state,
+        "ttl_policy": cache.ttl_policy,
         "ttl_seconds": cache.ttl_seconds,
         "expire_at": cache.expire_at.isoformat() if cache.expire_at else None,
-        "token_count": cache.token_count, "hit_count": cache.hit_count,
-        "hit_tokens": cache.hit_tokens, "query_rate_per_hour": round(cache.query_rate_ewma, 3),
-        "storage_cost_usd": _usd(storage), "placement": cache.placement,
-        "content_digest": cache.content_digest, "timeline": timeline,
+        "token_count": cache.token_count,
+        "hit_count": cache.hit_count,
+        "hit_tokens": cache.hit_tokens,
+        "query_rate_per_hour": round(cache.query_rate_ewma, 3),
+        "storage_cost_usd": _usd(storage),
+        "placement": cache.placement,
+        "content_digest": cache.content_digest,
+        "timeline": timeline,
         "prewarm_cron": cache.prewarm_cron,
-    }  # fmt: skip
+    }
 
 
 def worker_rows() -> list[dict[str, Any]]:
@@ -249,16 +292,23 @@ def worker_rows() -> list[dict[str, Any]]:
     from workers.models import Worker
 
     return [
-        {"name": w.name, "pool": w.pool, "model": w.model, "state": w.state,
-         "kv_usage": (w.metrics or {}).get("vllm:kv_cache_usage_perc"),
-         "running": (w.metrics or {}).get("vllm:num_requests_running"),
-         "waiting": (w.metrics or {}).get("vllm:num_requests_waiting"),
-         "hit_rate": _ratio(w.metrics, "vllm:prefix_cache_hits_total",
-                            "vllm:prefix_cache_queries_total"),
-         "last_seen_at": w.last_seen_at.isoformat() if w.last_seen_at else None,
-         "blocks": w.num_blocks, "capacity_tokens": (w.num_blocks or 0) * w.block_size}
+        {
+            "name": w.name,
+            "pool": w.pool,
+            "model": w.model,
+            "state": w.state,
+            "kv_usage": (w.metrics or {}).get("vllm:kv_cache_usage_perc"),
+            "running": (w.metrics or {}).get("vllm:num_requests_running"),
+            "waiting": (w.metrics or {}).get("vllm:num_requests_waiting"),
+            "hit_rate": _ratio(
+                w.metrics, "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
+            ),
+            "last_seen_at": w.last_seen_at.isoformat() if w.last_seen_at else None,
+            "blocks": w.num_blocks,
+            "capacity_tokens": (w.num_blocks or 0) * w.block_size,
+        }
         for w in Worker.objects.order_by("pool", "name")[:200]
-    ]  # fmt: skip
+    ]
 
 
 def workers_summary() -> dict[str, Any]:

@@ -15,7 +15,6 @@ urlpatterns = [
     path("t/<slug:tenant>/caches/<uuid:cache_id>/", views.cache_page, name="console-cache"),
     path("t/<slug:tenant>/audit/", views.audit_page, name="console-audit"),
     path("t/<slug:tenant>/break-even/", views.breakeven_page, name="console-breakeven"),
-    path("login/", auth_views.LoginView.as_view(template_name="frontend/login.html"),
-         name="login"),
+    path("login/", auth_views.LoginView.as_view(template_name="frontend/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(next_page="/login/"), name="logout"),
-]  # fmt: skip
+]

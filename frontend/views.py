@@ -28,10 +28,14 @@ from tenants.services.authorization import authorize, principal_permissions
 
 def _deny(request: HttpRequest, tenant: Tenant | None, permission: str, reason: str) -> None:
     audit_record(
-        actor=Actor.from_request(request), action="frontend.page.view", tenant=tenant,
-        outcome=Outcome.DENIED, target_type="page", target_id=request.path[:200],
+        actor=Actor.from_request(request),
+        action="frontend.page.view",
+        tenant=tenant,
+        outcome=Outcome.DENIED,
+        target_type="page",
+        target_id=request.path[:200],
         details={"permission": permission, "reason": reason},
-    )  # fmt: skip
+    )
 
 
 def _forbidden(request: HttpRequest, message: str) -> HttpResponse:
@@ -100,23 +104,37 @@ def platform_overview(request: HttpRequest) -> HttpResponse:
     raw_page = request.GET.get("page", "1")
     page = max(1, int(raw_page)) if raw_page.isdigit() else 1
     summary = selectors.platform_summary(page=page)
-    return render(request, "frontend/platform.html", _context(
-        request, summary=summary, summary_json=json.dumps(summary)))  # fmt: skip
+    return render(
+        request,
+        "frontend/platform.html",
+        _context(request, summary=summary, summary_json=json.dumps(summary)),
+    )
 
 
 @platform_page("tenants.list")
 def workers_page(request: HttpRequest) -> HttpResponse:
     summary = selectors.workers_summary()
-    return render(request, "frontend/workers.html", _context(
-        request, summary=summary, summary_json=json.dumps(summary)))  # fmt: skip
+    return render(
+        request,
+        "frontend/workers.html",
+        _context(request, summary=summary, summary_json=json.dumps(summary)),
+    )
 
 
 @tenant_page("member")
 def tenant_overview(request: HttpRequest) -> HttpResponse:
     summary = selectors.tenant_summary(tenant=request.tenant, principal=request.user)
-    return render(request, "frontend/tenant.html", _context(
-        request, tenant=request.tenant, summary=summary, summary_json=json.dumps(summary),
-        can_manage_caches="caches.update" in request.held))  # fmt: skip
+    return render(
+        request,
+        "frontend/tenant.html",
+        _context(
+            request,
+            tenant=request.tenant,
+            summary=summary,
+            summary_json=json.dumps(summary),
+            can_manage_caches="caches.update" in request.held,
+        ),
+    )
 
 
 @tenant_page("caches.get")
@@ -125,11 +143,19 @@ def cache_page(request: HttpRequest, cache_id: str) -> HttpResponse:
     if cache is None:
         raise Http404("No such cache.")
     detail = selectors.cache_detail(tenant=request.tenant, cache=cache)
-    return render(request, "frontend/cache.html", _context(
-        request, tenant=request.tenant, cache=detail, cache_json=json.dumps(detail),
-        can_update="caches.update" in request.held,
-        can_evict="caches.delete" in request.held,
-        can_see_usage="usage.get" in request.held))  # fmt: skip
+    return render(
+        request,
+        "frontend/cache.html",
+        _context(
+            request,
+            tenant=request.tenant,
+            cache=detail,
+            cache_json=json.dumps(detail),
+            can_update="caches.update" in request.held,
+            can_evict="caches.delete" in request.held,
+            can_see_usage="usage.get" in request.held,
+        ),
+    )
 
 
 @tenant_page("audit.export")
@@ -141,5 +167,8 @@ def audit_page(request: HttpRequest) -> HttpResponse:
 def breakeven_page(request: HttpRequest) -> HttpResponse:
     from caches.catalog import VERTEX_MODELS
 
-    return render(request, "frontend/breakeven.html", _context(
-        request, tenant=request.tenant, models=sorted(VERTEX_MODELS)))  # fmt: skip
+    return render(
+        request,
+        "frontend/breakeven.html",
+        _context(request, tenant=request.tenant, models=sorted(VERTEX_MODELS)),
+    )

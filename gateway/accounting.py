@@ -19,7 +19,7 @@ def meter_usage(meter: Meter, usage: dict[str, Any]) -> None:
     meter.cached_tokens = int(details.get("cached_tokens") or 0)
 
 
-async def finish(meter: Meter, reservation) -> None:  # noqa: ANN001
+async def finish(meter: Meter, reservation) -> None:
     if meter.latency_ms is None:
         meter.latency_ms = int((time.perf_counter() - meter.started) * 1000)
     await budget.settle(reservation, meter)
@@ -54,7 +54,7 @@ class MeterQueue:
                 await sync_to_async(meter_finish_many, thread_sensitive=False)(
                     [meter for meter, _ in batch]
                 )
-            except Exception as exc:  # noqa: BLE001 - handed to each waiting request
+            except Exception as exc:
                 error = exc
             for _, written in batch:
                 if written.done():  # its request was cancelled; the record is written anyway

@@ -43,11 +43,18 @@ def _audit_security(identity: Identity, action: str, details: dict) -> None:
 
     authenticated = identity.authenticated
     audit_record(
-        actor=Actor(principal=authenticated.principal, auth_method=AuthMethod.API_KEY,
-                    key_id=identity.key_id),
-        action=action, tenant=authenticated.tenant, outcome=Outcome.DENIED,
-        target_type="gateway", target_id=details.get("reference", ""), details=details,
-    )  # fmt: skip
+        actor=Actor(
+            principal=authenticated.principal,
+            auth_method=AuthMethod.API_KEY,
+            key_id=identity.key_id,
+        ),
+        action=action,
+        tenant=authenticated.tenant,
+        outcome=Outcome.DENIED,
+        target_type="gateway",
+        target_id=details.get("reference", ""),
+        details=details,
+    )
 
 
 async def _resolve_cache(
@@ -57,8 +64,9 @@ async def _resolve_cache(
     if reference is None:
         return None
     if not isinstance(reference, str) or not 0 < len(reference) <= 100:
-        raise GatewayError(400, "invalid_request", "'cache' must be a cache id or name.",
-                           param="cache")  # fmt: skip
+        raise GatewayError(
+            400, "invalid_request", "'cache' must be a cache id or name.", param="cache"
+        )
     cache = await directory.cache(identity.tenant_id, reference)
     if cache is None:
         await sync_to_async(_audit_security, thread_sensitive=False)(
@@ -91,11 +99,17 @@ async def handle(request: Request, kind: str) -> Response:
         model = body["model"]
         provider = cache.provider if cache else _provider_for(model)
         meter = Meter(
-            request_id=request_id, tenant_id=identity.tenant_id, tenant_slug=identity.tenant_slug,
-            key_id=identity.key_id, principal_id=identity.principal_id, provider=provider,
-            model=model, stream=bool(body.get("stream")), started=started,
+            request_id=request_id,
+            tenant_id=identity.tenant_id,
+            tenant_slug=identity.tenant_slug,
+            key_id=identity.key_id,
+            principal_id=identity.principal_id,
+            provider=provider,
+            model=model,
+            stream=bool(body.get("stream")),
+            started=started,
             cache_id=cache.id if cache else None,
-        )  # fmt: skip
+        )
         if provider == "vertex":
             from gateway.vertex import vertex_generate
 
@@ -114,20 +128,30 @@ def _provider_for(model: str) -> str:
         return "vllm"
     if model in VERTEX_MODELS:
         return "vertex"
-    raise GatewayError(404, "model_not_found", f"The model {model!r} does not exist.",
-                       param="model")  # fmt: skip
+    raise GatewayError(
+        404, "model_not_found", f"The model {model!r} does not exist.", param="model"
+    )
 
 
-async def _vllm(request: Request, identity: Identity, body: dict[str, Any], kind: str,
-                cache: CacheView | None, meter: Meter) -> Response:  # fmt: skip
+async def _vllm(
+    request: Request,
+    identity: Identity,
+    body: dict[str, Any],
+    kind: str,
+    cache: CacheView | None,
+    meter: Meter,
+) -> Response:
     workers = directory.serving(meter.model)
     if not workers:
         raise GatewayError(503, "no_worker", f"No healthy worker serves {meter.model!r}.")
     priority = request.headers.get("x-cacheplane-priority", "interactive").lower()
     if priority == "batch" and pool_under_pressure(workers):
-        raise GatewayError(429, "kv_memory_pressure",
-                           "The worker pool's KV cache is above 85 % used; retry batch work later.",
-                           headers={"Retry-After": "5"})  # fmt: skip
+        raise GatewayError(
+            429,
+            "kv_memory_pressure",
+            "The worker pool's KV cache is above 85 % used; retry batch work later.",
+            headers={"Retry-After": "5"},
+        )
     if cache is not None and kind != "chat":
         raise GatewayError(
             400,
@@ -151,11 +175,15 @@ async def _vllm(request: Request, identity: Identity, body: dict[str, Any], kind
         chain = prefix_chain(text, salt=identity.cache_salt, block_size=workers[0].block_size)
         preferred, depth = prefix_index.holders(chain)
         meter.available_tokens = depth * workers[0].block_size
-        key = f"s:{identity.tenant_id}:{session}" if session else (
-            chain[0] if chain else f"{identity.tenant_id}:{text[:256]}")  # fmt: skip
+        key = (
+            f"s:{identity.tenant_id}:{session}"
+            if session
+            else (chain[0] if chain else f"{identity.tenant_id}:{text[:256]}")
+        )
         meter.predicted_hit = depth > 0
-    candidates = order_candidates(key=key, workers=workers, inflight=directory.inflight,
-                                  preferred=preferred)[:MAX_FAILOVER]  # fmt: skip
+    candidates = order_candidates(
+        key=key, workers=workers, inflight=directory.inflight, preferred=preferred
+    )[:MAX_FAILOVER]
     if cache is not None:
         meter.predicted_hit = candidates[0].name in cache.placement
         meter.available_tokens = len(cache.prefix_message["content"]) // 4
@@ -163,16 +191,19 @@ async def _vllm(request: Request, identity: Identity, body: dict[str, Any], kind
     elif preferred and candidates and candidates[0].name in preferred:
         meter.routed_tokens = meter.available_tokens
     reservation = await budget.reserve(
-        meter, prompt_tokens=max(1, len(text) // 4), max_tokens=max_tokens(body),
+        meter,
+        prompt_tokens=max(1, len(text) // 4),
+        max_tokens=max_tokens(body),
         authenticated=identity.authenticated,
-    )  # fmt: skip
+    )
     path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
     headers = {"X-Request-Id": meter.request_id}
     if settings.CACHEPLANE_VLLM_API_KEY:
         headers["Authorization"] = f"Bearer {settings.CACHEPLANE_VLLM_API_KEY}"
     try:
-        worker, upstream_started, response = await _send(candidates, path, body, headers,
-                                                         meter.stream)  # fmt: skip
+        worker, upstream_started, response = await _send(
+            candidates, path, body, headers, meter.stream
+        )
     except GatewayError:
         meter.status = "upstream_error"
         await finish(meter, reservation)
@@ -183,9 +214,12 @@ async def _vllm(request: Request, identity: Identity, body: dict[str, Any], kind
         return StreamingResponse(
             _relay_stream(response, worker, meter, reservation, chain, client_wants_usage),
             media_type="text/event-stream",
-            headers={"x-cacheplane-overhead-ms": f"{overhead_ms:.2f}",
-                     "x-request-id": meter.request_id, "cache-control": "no-cache"},
-        )  # fmt: skip
+            headers={
+                "x-cacheplane-overhead-ms": f"{overhead_ms:.2f}",
+                "x-request-id": meter.request_id,
+                "cache-control": "no-cache",
+            },
+        )
     try:
         raw = await response.aread()
     finally:
@@ -214,22 +248,28 @@ async def _vllm(request: Request, identity: Identity, body: dict[str, Any], kind
     await finish(meter, reservation)
     total_ms = (time.perf_counter() - meter.started) * 1000
     return Response(
-        raw, media_type="application/json",
-        headers={"x-cacheplane-overhead-ms": f"{max(total_ms - upstream_ms, 0):.2f}",
-                 "x-cacheplane-worker": worker.name, "x-request-id": meter.request_id},
-    )  # fmt: skip
+        raw,
+        media_type="application/json",
+        headers={
+            "x-cacheplane-overhead-ms": f"{max(total_ms - upstream_ms, 0):.2f}",
+            "x-cacheplane-worker": worker.name,
+            "x-request-id": meter.request_id,
+        },
+    )
 
 
-async def _send(candidates: list[WorkerView], path: str, body: dict, headers: dict,
-                stream: bool) -> tuple[WorkerView, float, httpx.Response]:  # fmt: skip
+async def _send(
+    candidates: list[WorkerView], path: str, body: dict, headers: dict, stream: bool
+) -> tuple[WorkerView, float, httpx.Response]:
     """Send to the first candidate that accepts a connection (failover on connect errors)."""
     last_error = "no candidate"
     for worker in candidates:
         directory.acquire(worker.name)
         started = time.perf_counter()
         try:
-            response = await upstream.pool().post(worker.base_url + path, json=body,
-                                                  headers=headers)  # fmt: skip
+            response = await upstream.pool().post(
+                worker.base_url + path, json=body, headers=headers
+            )
             return worker, started, response
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             directory.release(worker.name)
@@ -258,8 +298,14 @@ def _json_or_none(raw: bytes) -> Any:
         return None
 
 
-async def _relay_stream(response: httpx.Response, worker: WorkerView, meter: Meter,
-                        reservation, chain: list[str], client_wants_usage: bool):  # noqa: ANN001, ANN202  # fmt: skip
+async def _relay_stream(
+    response: httpx.Response,
+    worker: WorkerView,
+    meter: Meter,
+    reservation,
+    chain: list[str],
+    client_wants_usage: bool,
+):
     """Pass SSE events through, metering usage and time to first token on the way."""
     completed = False
     try:
@@ -287,9 +333,11 @@ async def _relay_stream(response: httpx.Response, worker: WorkerView, meter: Met
 
 async def list_models(request: Request) -> Response:
     try:
-        await identify(request.headers.get("authorization"),
-                       source_ip=request.client.host if request.client else None,
-                       user_agent=request.headers.get("user-agent", ""))  # fmt: skip
+        await identify(
+            request.headers.get("authorization"),
+            source_ip=request.client.host if request.client else None,
+            user_agent=request.headers.get("user-agent", ""),
+        )
     except GatewayError as exc:
         return exc.response()
     from caches.catalog import VERTEX_MODELS
@@ -297,8 +345,10 @@ async def list_models(request: Request) -> Response:
     workers = await directory.current_workers()
     served = sorted({w.model for w in workers})
     data = [{"id": m, "object": "model", "created": 0, "owned_by": "vllm"} for m in served]
-    data += [{"id": m, "object": "model", "created": 0, "owned_by": "vertex"}
-             for m in sorted(VERTEX_MODELS)]  # fmt: skip
+    data += [
+        {"id": m, "object": "model", "created": 0, "owned_by": "vertex"}
+        for m in sorted(VERTEX_MODELS)
+    ]
     return JSONResponse({"object": "list", "data": data})
 
 

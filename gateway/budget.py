@@ -36,29 +36,35 @@ async def has_budget(tenant_id: str) -> bool:
     return value
 
 
-def _reserve(meter: Meter, prompt_tokens: int, max_tokens: int, authenticated):  # noqa: ANN001, ANN202
+def _reserve(meter: Meter, prompt_tokens: int, max_tokens: int, authenticated):
     from billing.errors import BudgetExceeded, PriceNotFound
     from billing.selectors.usage import usage_estimate_micros
     from billing.services.budgets import budget_reserve
 
     try:
         estimate = usage_estimate_micros(
-            provider=meter.provider, model=meter.model, prompt_tokens=prompt_tokens,
-            max_output_tokens=max_tokens, at=datetime.now(tz=UTC), pool=meter.pool,
-        )  # fmt: skip
+            provider=meter.provider,
+            model=meter.model,
+            prompt_tokens=prompt_tokens,
+            max_output_tokens=max_tokens,
+            at=datetime.now(tz=UTC),
+            pool=meter.pool,
+        )
     except PriceNotFound:
         logger.warning("no price: reserving nothing", extra={"model": meter.model})
         estimate = 0
     try:
         return budget_reserve(
-            tenant=authenticated.tenant, principal=authenticated.principal,
-            estimate_micros=estimate, request_id=meter.request_id,
-        )  # fmt: skip
+            tenant=authenticated.tenant,
+            principal=authenticated.principal,
+            estimate_micros=estimate,
+            request_id=meter.request_id,
+        )
     except BudgetExceeded as exc:
         raise GatewayError(402, "budget_exceeded", exc.message, details=exc.details) from None
 
 
-async def reserve(meter: Meter, *, prompt_tokens: int, max_tokens: int, authenticated):  # noqa: ANN001, ANN201
+async def reserve(meter: Meter, *, prompt_tokens: int, max_tokens: int, authenticated):
     """A reservation (or None when the tenant has no budget); 402 when over the limit."""
     if not await has_budget(meter.tenant_id):
         return None
@@ -67,7 +73,7 @@ async def reserve(meter: Meter, *, prompt_tokens: int, max_tokens: int, authenti
     )
 
 
-def _settle(reservation, meter: Meter) -> None:  # noqa: ANN001
+def _settle(reservation, meter: Meter) -> None:
     from billing.errors import PriceNotFound
     from billing.pricing import UsageCounts
     from billing.selectors.usage import usage_cost_quote
@@ -78,21 +84,26 @@ def _settle(reservation, meter: Meter) -> None:  # noqa: ANN001
         return
     try:
         actual = usage_cost_quote(
-            provider=meter.provider, model=meter.model, pool=meter.pool, at=datetime.now(tz=UTC),
-            counts=UsageCounts(prompt_tokens=meter.prompt_tokens,
-                               cached_read_tokens=meter.cached_tokens,
-                               output_tokens=meter.output_tokens),
-        ).micros  # fmt: skip
+            provider=meter.provider,
+            model=meter.model,
+            pool=meter.pool,
+            at=datetime.now(tz=UTC),
+            counts=UsageCounts(
+                prompt_tokens=meter.prompt_tokens,
+                cached_read_tokens=meter.cached_tokens,
+                output_tokens=meter.output_tokens,
+            ),
+        ).micros
     except PriceNotFound:
         actual = 0
     budget_settle(reservation=reservation, actual_micros=actual)
 
 
-async def settle(reservation, meter: Meter) -> None:  # noqa: ANN001
+async def settle(reservation, meter: Meter) -> None:
     """Charge what was used, or release the hold when nothing was (always called)."""
     if reservation is None:
         return
     try:
         await sync_to_async(_settle, thread_sensitive=False)(reservation, meter)
-    except Exception:  # noqa: BLE001 - the sweeper releases the hold when it expires
+    except Exception:
         logger.exception("budget settle failed", extra={"request_id": meter.request_id})

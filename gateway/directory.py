@@ -92,7 +92,7 @@ class Directory:
         self._caches[key] = (time.monotonic(), view)
         return view
 
-    async def tenant_vertex_scope(self, tenant_id: str):  # noqa: ANN201 - VertexScope
+    async def tenant_vertex_scope(self, tenant_id: str):
         """The tenant's Vertex project/location/credentials, cached like caches are."""
         entry = self._scopes.get(tenant_id)
         if entry is not None and time.monotonic() - entry[0] < REFRESH_SECONDS:
@@ -120,7 +120,7 @@ def _load_workers() -> list[WorkerView]:
             pool=w.pool,
             block_size=w.block_size or 16,
             kv_usage=float((w.metrics or {}).get("vllm:kv_cache_usage_perc", 0.0)),
-        )  # fmt: skip
+        )
         for w in Worker.objects.filter(state=WorkerState.HEALTHY).order_by("name")
     ]
 
@@ -140,13 +140,18 @@ def _load_cache(tenant_id: str, reference: str) -> CacheView | None:
     if cache is None:
         return None
     return CacheView(
-        id=str(cache.pk), name=cache.name, provider=cache.provider, model=cache.model,
-        state=cache.state, remote_name=cache.remote_name,
+        id=str(cache.pk),
+        name=cache.name,
+        provider=cache.provider,
+        model=cache.model,
+        state=cache.state,
+        remote_name=cache.remote_name,
         prefix_message=prefix_message(cache) if cache.provider == Provider.VLLM else None,
-        placement=tuple(cache.placement), replication_factor=cache.replication_factor,
+        placement=tuple(cache.placement),
+        replication_factor=cache.replication_factor,
         routing_key=placement_key(cache),
         vertex_scope=vertex_scope_for_cache(cache) if cache.provider == Provider.VERTEX else None,
-    )  # fmt: skip
+    )
 
 
 directory = Directory()

@@ -29,9 +29,15 @@ class GatewayError(Exception):
     """An error answered to the client; nothing upstream has consumed budget for it."""
 
     def __init__(
-        self, status: int, code: str, message: str, *, param: str | None = None,
-        headers: dict[str, str] | None = None, details: dict[str, Any] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code

@@ -47,9 +47,10 @@ def _resolve(authenticated: AuthenticatedKey) -> Identity:
     from tenants.services.authorization import authorize
 
     if not authorize(
-        principal=authenticated.principal, permission="inference.invoke",
+        principal=authenticated.principal,
+        permission="inference.invoke",
         tenant=authenticated.tenant,
-    ):  # fmt: skip
+    ):
         raise GatewayError(
             403, "permission_denied", "This API key may not invoke models (needs inference.invoke)."
         )
@@ -63,8 +64,9 @@ def _resolve(authenticated: AuthenticatedKey) -> Identity:
     )
 
 
-def _audit_rejection(rejected: ApiKeyRejected, token: str, source_ip: str | None,
-                     user_agent: str) -> None:  # fmt: skip
+def _audit_rejection(
+    rejected: ApiKeyRejected, token: str, source_ip: str | None, user_agent: str
+) -> None:
     from audit.models import Outcome
     from audit.services import audit_record
     from tenants.actor import Actor, AuthMethod
@@ -72,16 +74,25 @@ def _audit_rejection(rejected: ApiKeyRejected, token: str, source_ip: str | None
 
     tenant = Tenant.objects.filter(pk=rejected.tenant_id).first() if rejected.tenant_id else None
     audit_record(
-        actor=Actor(principal=None, auth_method=AuthMethod.API_KEY, key_id=rejected.key_id,
-                    source_ip=source_ip, user_agent=user_agent[:300]),
-        action="gateway.api_key.authenticate", tenant=tenant, outcome=Outcome.FAILED,
-        target_type="api_key", target_id=rejected.key_id or "",
+        actor=Actor(
+            principal=None,
+            auth_method=AuthMethod.API_KEY,
+            key_id=rejected.key_id,
+            source_ip=source_ip,
+            user_agent=user_agent[:300],
+        ),
+        action="gateway.api_key.authenticate",
+        tenant=tenant,
+        outcome=Outcome.FAILED,
+        target_type="api_key",
+        target_id=rejected.key_id or "",
         details={"reason": rejected.code, "presented_prefix": token[:12]},
-    )  # fmt: skip
+    )
 
 
-async def identify(authorization: str | None, *, source_ip: str | None,
-                   user_agent: str) -> Identity:  # fmt: skip
+async def identify(
+    authorization: str | None, *, source_ip: str | None, user_agent: str
+) -> Identity:
     """Authenticate ``Authorization: Bearer <key>`` and check ``inference.invoke``."""
     if not authorization:
         raise GatewayError(

@@ -18,9 +18,10 @@ from prometheus_client import Counter, Histogram
 logger = logging.getLogger(__name__)
 
 REQUESTS = Counter(
-    "cacheplane_gateway_requests", "Gateway requests by outcome.",
+    "cacheplane_gateway_requests",
+    "Gateway requests by outcome.",
     ["tenant", "model", "provider", "status"],
-)  # fmt: skip
+)
 PROMPT_TOKENS = Counter("cacheplane_gateway_prompt_tokens", "Prompt tokens.", ["tenant", "model"])
 CACHED_TOKENS = Counter(
     "cacheplane_gateway_cached_tokens", "Prompt tokens served from a cache.", ["tenant", "model"]
@@ -28,20 +29,25 @@ CACHED_TOKENS = Counter(
 OUTPUT_TOKENS = Counter("cacheplane_gateway_output_tokens", "Output tokens.", ["tenant", "model"])
 PREDICTED_HITS = Counter(
     "cacheplane_gateway_routing_predicted_hits",
-    "Requests routed to a worker expected to hold their prefix.", ["tenant", "model"],
-)  # fmt: skip
+    "Requests routed to a worker expected to hold their prefix.",
+    ["tenant", "model"],
+)
 DELIVERED_HITS = Counter(
     "cacheplane_gateway_routing_delivered_hits",
-    "Requests whose worker reported cached tokens.", ["tenant", "model"],
-)  # fmt: skip
+    "Requests whose worker reported cached tokens.",
+    ["tenant", "model"],
+)
 OVERHEAD = Histogram(
-    "cacheplane_gateway_overhead_seconds", "Time spent in the gateway, upstream excluded.",
+    "cacheplane_gateway_overhead_seconds",
+    "Time spent in the gateway, upstream excluded.",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
-)  # fmt: skip
+)
 TTFT = Histogram(
-    "cacheplane_gateway_ttft_seconds", "Time to first token seen by the gateway.", ["model"],
+    "cacheplane_gateway_ttft_seconds",
+    "Time to first token seen by the gateway.",
+    ["model"],
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-)  # fmt: skip
+)
 
 
 @dataclass
@@ -76,7 +82,7 @@ _rates: dict[tuple[str, str, str], tuple[float, object]] = {}
 RATES_CACHE_SECONDS = 60.0
 
 
-def _rates_for(provider: str, model: str, pool: str):  # noqa: ANN202
+def _rates_for(provider: str, model: str, pool: str):
     """(cost function, rates) for the price in force now, cached a minute (None: no price)."""
     key = (provider, model, pool)
     entry = _rates.get(key)
@@ -109,9 +115,11 @@ def cost_micros(meter: Meter) -> int:
     if found is None:
         return 0
     cost_fn, rates = found
-    counts = UsageCounts(prompt_tokens=meter.prompt_tokens,
-                         cached_read_tokens=meter.cached_tokens,
-                         output_tokens=meter.output_tokens)  # fmt: skip
+    counts = UsageCounts(
+        prompt_tokens=meter.prompt_tokens,
+        cached_read_tokens=meter.cached_tokens,
+        output_tokens=meter.output_tokens,
+    )
     return cost_fn(counts, rates).micros
 
 
@@ -119,7 +127,7 @@ _children: dict[tuple, object] = {}
 _redis = None
 
 
-def _series(metric, *label_values: str):  # noqa: ANN001, ANN202
+def _series(metric, *label_values: str):
     """``metric.labels(*label_values)``, looked up once per label set (labels() locks and
     builds its key on every call; the hot path needs only the child)."""
     key = (metric, label_values)
@@ -131,7 +139,7 @@ def _series(metric, *label_values: str):  # noqa: ANN001, ANN202
     return child
 
 
-def _redis_client():  # noqa: ANN202
+def _redis_client():
     """One client (one connection pool) for the process: ``ops.redis_client()`` makes a new
     pool, hence a new connection, on every call."""
     global _redis
@@ -180,16 +188,28 @@ def meter_finish_many(meters: Sequence[Meter]) -> None:
     for meter in meters:
         _observe(meter)
         try:
-            messages.append(usage_message(
-                tenant=Tenant(pk=meter.tenant_id), request_id=meter.request_id,
-                provider=meter.provider, model=meter.model, occurred_at=datetime.now(tz=UTC),
-                prompt_tokens=meter.prompt_tokens, cached_read_tokens=meter.cached_tokens,
-                output_tokens=meter.output_tokens, ttft_ms=meter.ttft_ms,
-                latency_ms=meter.latency_ms, status=meter.status, api_key_id=meter.key_id,
-                principal_id=meter.principal_id, cache_id=meter.cache_id, worker=meter.worker,
-                pool=meter.pool, stream=meter.stream,
-            ))  # fmt: skip
-        except Exception:  # noqa: BLE001 - metering must never fail the response already sent
+            messages.append(
+                usage_message(
+                    tenant=Tenant(pk=meter.tenant_id),
+                    request_id=meter.request_id,
+                    provider=meter.provider,
+                    model=meter.model,
+                    occurred_at=datetime.now(tz=UTC),
+                    prompt_tokens=meter.prompt_tokens,
+                    cached_read_tokens=meter.cached_tokens,
+                    output_tokens=meter.output_tokens,
+                    ttft_ms=meter.ttft_ms,
+                    latency_ms=meter.latency_ms,
+                    status=meter.status,
+                    api_key_id=meter.key_id,
+                    principal_id=meter.principal_id,
+                    cache_id=meter.cache_id,
+                    worker=meter.worker,
+                    pool=meter.pool,
+                    stream=meter.stream,
+                )
+            )
+        except Exception:
             logger.exception("usage record dropped", extra={"request_id": meter.request_id})
             continue
         recorded.append(meter)
@@ -203,23 +223,30 @@ def meter_finish_many(meters: Sequence[Meter]) -> None:
                 pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:count", 1)
                 pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:tokens", meter.cached_tokens)
         pipe.execute()
-    except Exception:  # noqa: BLE001 - metering must never fail the response already sent
+    except Exception:
         logger.warning("usage queue unreachable; writing usage to the ledger directly")
         try:
             from billing.services.usage import usage_write_direct
 
             usage_write_direct(messages)
-        except Exception:  # noqa: BLE001
+        except Exception:
             for meter in recorded:
                 logger.exception("usage record dropped", extra={"request_id": meter.request_id})
         return
     for meter in recorded:
         try:
-            usage_ticker.add(meter.tenant_id, UsageDelta(
-                requests=1, prompt_tokens=meter.prompt_tokens, cached_tokens=meter.cached_tokens,
-                available_tokens=meter.available_tokens, routed_tokens=meter.routed_tokens,
-                output_tokens=meter.output_tokens, cost_micros=cost_micros(meter),
-                errors=int(meter.status != "ok"),
-            ))  # fmt: skip
-        except Exception:  # noqa: BLE001 - metering must never fail the response already sent
+            usage_ticker.add(
+                meter.tenant_id,
+                UsageDelta(
+                    requests=1,
+                    prompt_tokens=meter.prompt_tokens,
+                    cached_tokens=meter.cached_tokens,
+                    available_tokens=meter.available_tokens,
+                    routed_tokens=meter.routed_tokens,
+                    output_tokens=meter.output_tokens,
+                    cost_micros=cost_micros(meter),
+                    errors=int(meter.status != "ok"),
+                ),
+            )
+        except Exception:
             logger.exception("usage record dropped", extra={"request_id": meter.request_id})

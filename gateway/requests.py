@@ -33,34 +33,40 @@ def validate_body(body: dict[str, Any], kind: str) -> None:
         raise GatewayError(400, "invalid_request", "'model' is required.", param="model")
     if "cache_salt" in body:
         raise GatewayError(
-            400, "cache_salt_not_allowed",
+            400,
+            "cache_salt_not_allowed",
             "cache_salt is set by the gateway from your tenant; do not send it.",
             param="cache_salt",
-        )  # fmt: skip
+        )
     for name in ("max_tokens", "max_completion_tokens"):
         value = body.get(name)
         if value is None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise GatewayError(400, "invalid_request", f"'{name}' must be a positive integer.",
-                               param=name)  # fmt: skip
+            raise GatewayError(
+                400, "invalid_request", f"'{name}' must be a positive integer.", param=name
+            )
         if value > settings.CACHEPLANE_GATEWAY_MAX_TOKENS:
             raise GatewayError(
-                400, "max_tokens_too_large",
-                f"'{name}' may be at most {settings.CACHEPLANE_GATEWAY_MAX_TOKENS}.", param=name,
-            )  # fmt: skip
+                400,
+                "max_tokens_too_large",
+                f"'{name}' may be at most {settings.CACHEPLANE_GATEWAY_MAX_TOKENS}.",
+                param=name,
+            )
     if kind == "chat":
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            raise GatewayError(400, "invalid_request", "'messages' must be a non-empty list.",
-                               param="messages")  # fmt: skip
+            raise GatewayError(
+                400, "invalid_request", "'messages' must be a non-empty list.", param="messages"
+            )
     elif not isinstance(body.get("prompt"), str | list):
         raise GatewayError(400, "invalid_request", "'prompt' is required.", param="prompt")
     if "stream" in body and not isinstance(body["stream"], bool):
         raise GatewayError(400, "invalid_request", "'stream' must be a boolean.", param="stream")
     if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
-        raise GatewayError(400, "invalid_request", "'stream_options' must be an object.",
-                           param="stream_options")  # fmt: skip
+        raise GatewayError(
+            400, "invalid_request", "'stream_options' must be an object.", param="stream_options"
+        )
     for name in ("temperature", "top_p"):
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
@@ -81,6 +87,7 @@ def prompt_text(body: dict[str, Any], kind: str) -> str:
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, list):
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        parts.append(f"{message.get('role', '')}:{content or ''}\n" if isinstance(message, dict)
-                     else "")  # fmt: skip
+        parts.append(
+            f"{message.get('role', '')}:{content or ''}\n" if isinstance(message, dict) else ""
+        )
     return "".join(parts)

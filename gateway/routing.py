@@ -87,9 +87,12 @@ class PrefixIndex:
 
 
 def order_candidates(
-    *, key: str, workers: Sequence[WorkerView], inflight: dict[str, int],
+    *,
+    key: str,
+    workers: Sequence[WorkerView],
+    inflight: dict[str, int],
     preferred: str | Sequence[str] | None = None,
-) -> list[WorkerView]:  # fmt: skip
+) -> list[WorkerView]:
     """Failover order: preferred workers (in their order) if not overloaded, then rendezvous
     order; a worker over the load bound or the KV pressure threshold goes to the back."""
     if not workers:

@@ -32,7 +32,7 @@ def _text(content: Any) -> str:
     return content if isinstance(content, str) else ""
 
 
-def _contents(body: dict[str, Any], kind: str, cache: CacheView | None):  # noqa: ANN202
+def _contents(body: dict[str, Any], kind: str, cache: CacheView | None):
     from google.genai import types
 
     if kind == "completion":
@@ -44,23 +44,27 @@ def _contents(body: dict[str, Any], kind: str, cache: CacheView | None):  # noqa
         if role in ("system", "developer"):
             system.append(_text(message.get("content")))
         elif role in ("user", "assistant"):
-            contents.append(types.Content(
-                role="model" if role == "assistant" else "user",
-                parts=[types.Part(text=_text(message.get("content")))],
-            ))  # fmt: skip
+            contents.append(
+                types.Content(
+                    role="model" if role == "assistant" else "user",
+                    parts=[types.Part(text=_text(message.get("content")))],
+                )
+            )
         else:
-            raise GatewayError(400, "invalid_request", f"Unsupported message role {role!r}.",
-                               param="messages")  # fmt: skip
+            raise GatewayError(
+                400, "invalid_request", f"Unsupported message role {role!r}.", param="messages"
+            )
     if cache is not None and (system or body.get("tools") or body.get("tool_choice")):
         raise GatewayError(
-            400, "cache_conflicts_with_system_or_tools",
+            400,
+            "cache_conflicts_with_system_or_tools",
             "A request using a Vertex cache cannot set a system message, tools or tool_choice: "
             "Vertex requires them to be part of the cache.",
-        )  # fmt: skip
+        )
     return contents, ("\n".join(system) if system else None)
 
 
-async def _client_for(identity: Identity, cache: CacheView | None):  # noqa: ANN202
+async def _client_for(identity: Identity, cache: CacheView | None):
     """The genai client of the cache's scope (or the tenant's), from cached scopes."""
     from caches.providers.vertex import vertex_client
     from gateway.directory import directory
@@ -90,13 +94,22 @@ def _usage(meta: Any) -> dict[str, Any]:
     prompt = int(getattr(meta, "prompt_token_count", 0) or 0)
     cached = int(getattr(meta, "cached_content_token_count", 0) or 0)
     output = int(getattr(meta, "candidates_token_count", 0) or 0)
-    return {"prompt_tokens": prompt, "completion_tokens": output,
-            "total_tokens": prompt + output,
-            "prompt_tokens_details": {"cached_tokens": cached} if cached else None}  # fmt: skip
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": output,
+        "total_tokens": prompt + output,
+        "prompt_tokens_details": {"cached_tokens": cached} if cached else None,
+    }
 
 
-async def vertex_generate(request: Request, identity: Identity, body: dict[str, Any], kind: str,
-                          cache: CacheView | None, meter: Meter) -> Response:  # fmt: skip
+async def vertex_generate(
+    request: Request,
+    identity: Identity,
+    body: dict[str, Any],
+    kind: str,
+    cache: CacheView | None,
+    meter: Meter,
+) -> Response:
     from google.genai import types
 
     contents, system = _contents(body, kind, cache)
@@ -109,9 +122,11 @@ async def vertex_generate(request: Request, identity: Identity, body: dict[str, 
     )
     client = await _client_for(identity, cache)
     reservation = await budget.reserve(
-        meter, prompt_tokens=max(1, len(prompt_text(body, kind)) // 4),
-        max_tokens=max_tokens(body), authenticated=identity.authenticated,
-    )  # fmt: skip
+        meter,
+        prompt_tokens=max(1, len(prompt_text(body, kind)) // 4),
+        max_tokens=max_tokens(body),
+        authenticated=identity.authenticated,
+    )
     upstream_started = time.perf_counter()
     created = int(time.time())
     rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{meter.request_id}"
@@ -119,15 +134,16 @@ async def vertex_generate(request: Request, identity: Identity, body: dict[str, 
         return StreamingResponse(
             _stream(client, body, kind, contents, config, meter, reservation, rid, created),
             media_type="text/event-stream",
-            headers={"x-cacheplane-overhead-ms":
-                     f"{(upstream_started - meter.started) * 1000:.2f}",
-                     "x-request-id": meter.request_id},
-        )  # fmt: skip
+            headers={
+                "x-cacheplane-overhead-ms": f"{(upstream_started - meter.started) * 1000:.2f}",
+                "x-request-id": meter.request_id,
+            },
+        )
     try:
         result = await client.aio.models.generate_content(
             model=meter.model, contents=contents, config=config
         )
-    except Exception as exc:  # noqa: BLE001 - mapped to a client-facing error
+    except Exception as exc:
         meter.status = "upstream_error"
         await finish(meter, reservation)
         raise _upstream_error(exc) from None
@@ -139,18 +155,37 @@ async def vertex_generate(request: Request, identity: Identity, body: dict[str, 
     text = result.text or ""
     finish_reason = _finish_reason(result)
     if kind == "chat":
-        choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                  "finish_reason": finish_reason}  # fmt: skip
-        payload = {"id": rid, "object": "chat.completion", "created": created,
-                   "model": meter.model, "choices": [choice], "usage": usage}  # fmt: skip
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": finish_reason,
+        }
+        payload = {
+            "id": rid,
+            "object": "chat.completion",
+            "created": created,
+            "model": meter.model,
+            "choices": [choice],
+            "usage": usage,
+        }
     else:
         choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
-        payload = {"id": rid, "object": "text_completion", "created": created,
-                   "model": meter.model, "choices": [choice], "usage": usage}  # fmt: skip
+        payload = {
+            "id": rid,
+            "object": "text_completion",
+            "created": created,
+            "model": meter.model,
+            "choices": [choice],
+            "usage": usage,
+        }
     total_ms = (time.perf_counter() - meter.started) * 1000
-    return JSONResponse(payload, headers={
-        "x-cacheplane-overhead-ms": f"{max(total_ms - upstream_ms, 0):.2f}",
-        "x-request-id": meter.request_id})  # fmt: skip
+    return JSONResponse(
+        payload,
+        headers={
+            "x-cacheplane-overhead-ms": f"{max(total_ms - upstream_ms, 0):.2f}",
+            "x-request-id": meter.request_id,
+        },
+    )
 
 
 def _finish_reason(result: Any) -> str:
@@ -159,7 +194,7 @@ def _finish_reason(result: Any) -> str:
     return "length" if "MAX_TOKENS" in reason else "stop"
 
 
-async def _stream(client, body, kind, contents, config, meter, reservation, rid, created):  # noqa: ANN001, ANN202
+async def _stream(client, body, kind, contents, config, meter, reservation, rid, created):
 
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
@@ -180,20 +215,39 @@ async def _stream(client, body, kind, contents, config, meter, reservation, rid,
                 if kind == "chat"
                 else {"index": 0, "text": text, "finish_reason": None}
             )
-            yield _sse({"id": rid, "object": obj, "created": created, "model": meter.model,
-                        "choices": [delta]})  # fmt: skip
-        final = ({"index": 0, "delta": {}, "finish_reason": "stop"} if kind == "chat"
-                 else {"index": 0, "text": "", "finish_reason": "stop"})  # fmt: skip
-        yield _sse({"id": rid, "object": obj, "created": created, "model": meter.model,
-                    "choices": [final]})  # fmt: skip
+            yield _sse(
+                {
+                    "id": rid,
+                    "object": obj,
+                    "created": created,
+                    "model": meter.model,
+                    "choices": [delta],
+                }
+            )
+        final = (
+            {"index": 0, "delta": {}, "finish_reason": "stop"}
+            if kind == "chat"
+            else {"index": 0, "text": "", "finish_reason": "stop"}
+        )
+        yield _sse(
+            {"id": rid, "object": obj, "created": created, "model": meter.model, "choices": [final]}
+        )
         if usage is not None:
             meter_usage(meter, usage)
             if include_usage:
-                yield _sse({"id": rid, "object": obj, "created": created, "model": meter.model,
-                            "choices": [], "usage": usage})  # fmt: skip
+                yield _sse(
+                    {
+                        "id": rid,
+                        "object": obj,
+                        "created": created,
+                        "model": meter.model,
+                        "choices": [],
+                        "usage": usage,
+                    }
+                )
         yield b"data: [DONE]\n\n"
         completed = True
-    except Exception as exc:  # noqa: BLE001 - reported in-band; the stream has started
+    except Exception as exc:
         meter.status = "upstream_error"
         yield _sse(_upstream_error(exc).body())
     finally:

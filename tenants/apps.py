@@ -2,7 +2,7 @@ from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
 
-def _sync_roles(sender, **kwargs) -> None:  # noqa: ANN001 - signal signature
+def _sync_roles(sender, **kwargs) -> None:
     from tenants.services.bootstrap import predefined_roles_sync
 
     predefined_roles_sync()

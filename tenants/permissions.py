@@ -78,7 +78,7 @@ PREDEFINED_ROLES: tuple[RoleDefinition, ...] = (
             "caches.delete",
             "inference.invoke",
         },
-    ),  # fmt: skip
+    ),
     _role(
         "tenant.billingAdmin",
         "Billing admin",

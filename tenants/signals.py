@@ -11,7 +11,7 @@ from tenants.actor import Actor, AuthMethod, client_ip
 
 
 @receiver(user_logged_in)
-def _audit_login(sender, request, user, **kwargs) -> None:  # noqa: ANN001
+def _audit_login(sender, request, user, **kwargs) -> None:
     audit_record(
         actor=Actor.from_request(request, principal=user),
         action="tenants.session.login",
@@ -22,7 +22,7 @@ def _audit_login(sender, request, user, **kwargs) -> None:  # noqa: ANN001
 
 
 @receiver(user_login_failed)
-def _audit_login_failed(sender, credentials, request=None, **kwargs) -> None:  # noqa: ANN001
+def _audit_login_failed(sender, credentials, request=None, **kwargs) -> None:
     actor = Actor(
         principal=None,
         auth_method=AuthMethod.SESSION,

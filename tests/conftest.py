@@ -176,11 +176,15 @@ def ref_workers(transactional_db, fresh_gateway, redis_flush):
         running = []
         for n in range(2):
             worker = stack.enter_context(
-                serve(tiny_config(num_blocks=512, max_model_len=1024,
-                                  enable_prompt_tokens_details=True))
-            )  # fmt: skip
-            worker_register(actor=Actor.cli(), name=f"gw{n}", base_url=worker.base_url,
-                            model=REF_MODEL)  # fmt: skip
+                serve(
+                    tiny_config(
+                        num_blocks=512, max_model_len=1024, enable_prompt_tokens_details=True
+                    )
+                )
+            )
+            worker_register(
+                actor=Actor.cli(), name=f"gw{n}", base_url=worker.base_url, model=REF_MODEL
+            )
             running.append(worker)
         yield running
 
@@ -198,8 +202,14 @@ def tenant_keys(transactional_db):
         bind(admin, "tenant.admin", tenant)
         sa = ServiceAccountFactory(tenant=tenant)
         bind(sa, "tenant.developer", tenant)
-        issued = keys.api_key_create(actor=actor_for(admin), tenant=tenant, name="app",
-                                     principal=sa)  # fmt: skip
-        made[slug] = {"tenant": tenant, "admin": admin, "sa": sa, "key": issued.plaintext,
-                      "key_row": issued.key}  # fmt: skip
+        issued = keys.api_key_create(
+            actor=actor_for(admin), tenant=tenant, name="app", principal=sa
+        )
+        made[slug] = {
+            "tenant": tenant,
+            "admin": admin,
+            "sa": sa,
+            "key": issued.plaintext,
+            "key_row": issued.key,
+        }
     return made

@@ -51,9 +51,15 @@ def a_objects(tenant_a, admin_a):
 
     issued = keys.api_key_create(actor=actor_for(admin_a), tenant=tenant_a, name="a-key")
     cache = CacheObject.objects.create(
-        tenant=tenant_a, name="a-cache", provider="vllm", model="m", content={},
-        content_digest="a" * 64, ttl_seconds=600, state="active",
-    )  # fmt: skip
+        tenant=tenant_a,
+        name="a-cache",
+        provider="vllm",
+        model="m",
+        content={},
+        content_digest="a" * 64,
+        ttl_seconds=600,
+        state="active",
+    )
     return {"pk": str(issued.key.pk), "cache_id": str(cache.pk), "op": str(cache.pk)}
 
 

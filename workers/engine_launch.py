@@ -76,7 +76,7 @@ def worker_main(argv: list[str]) -> int:
         from workers.engine.cli import main as engine_main
 
         return engine_main(rest)
-    return subprocess.call(command, env={**os.environ, **extra_env})  # noqa: S603
+    return subprocess.call(command, env={**os.environ, **extra_env})
 
 
 def _register(name: str, url: str, model: str, pool: str, engine: str) -> None:
@@ -87,6 +87,7 @@ def _register(name: str, url: str, model: str, pool: str, engine: str) -> None:
     from tenants.actor import Actor
     from workers.services import worker_register
 
-    worker = worker_register(actor=Actor.cli(), name=name, base_url=url, model=model,
-                             pool=pool, engine=engine)  # fmt: skip
+    worker = worker_register(
+        actor=Actor.cli(), name=name, base_url=url, model=model, pool=pool, engine=engine
+    )
     print(f"registered worker {worker.name} ({worker.model}) at {worker.base_url}")

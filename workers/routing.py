@@ -14,7 +14,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def rendezvous_order(key: str, workers: Iterable[T], *, name=lambda w: w.name) -> list[T]:  # noqa: ANN001
+def rendezvous_order(key: str, workers: Iterable[T], *, name=lambda w: w.name) -> list[T]:
     """Workers ordered by their hash weight for ``key`` (first = preferred)."""
 
     def weight(worker: T) -> int:
@@ -24,6 +24,6 @@ def rendezvous_order(key: str, workers: Iterable[T], *, name=lambda w: w.name) -
     return sorted(workers, key=weight, reverse=True)
 
 
-def placement_for(key: str, workers: Sequence[T], replicas: int, **kw) -> list[T]:  # noqa: ANN003
+def placement_for(key: str, workers: Sequence[T], replicas: int, **kw) -> list[T]:
     """The ``replicas`` preferred workers for ``key``."""
     return rendezvous_order(key, workers, **kw)[: max(1, replicas)]

@@ -18,31 +18,46 @@ logger = logging.getLogger(__name__)
 
 @transaction.atomic
 def worker_register(
-    *, actor: Actor, name: str, base_url: str, model: str, pool: str = "default",
-    engine: str = "reference", kv_events_endpoint: str = "", dev_mode: bool = False,
-) -> Worker:  # fmt: skip
+    *,
+    actor: Actor,
+    name: str,
+    base_url: str,
+    model: str,
+    pool: str = "default",
+    engine: str = "reference",
+    kv_events_endpoint: str = "",
+    dev_mode: bool = False,
+) -> Worker:
     """Create or update the worker called ``name`` (a restart on a new port re-registers)."""
     worker = Worker.objects.select_for_update().filter(name=name).first()
     before = (
-        {"base_url": worker.base_url, "model": worker.model, "pool": worker.pool}
-        if worker else {}
-    )  # fmt: skip
+        {"base_url": worker.base_url, "model": worker.model, "pool": worker.pool} if worker else {}
+    )
     Worker.objects.filter(base_url=base_url).exclude(name=name).delete()  # stale address
     worker, _ = Worker.objects.update_or_create(
         name=name,
         defaults={
-            "base_url": base_url.rstrip("/"), "model": model, "pool": pool, "engine": engine,
-            "kv_events_endpoint": kv_events_endpoint, "dev_mode": dev_mode,
-            "state": WorkerState.HEALTHY, "last_seen_at": timezone.now(),
+            "base_url": base_url.rstrip("/"),
+            "model": model,
+            "pool": pool,
+            "engine": engine,
+            "kv_events_endpoint": kv_events_endpoint,
+            "dev_mode": dev_mode,
+            "state": WorkerState.HEALTHY,
+            "last_seen_at": timezone.now(),
         },
-    )  # fmt: skip
+    )
     after = {"base_url": worker.base_url, "model": worker.model, "pool": worker.pool}
     audit_record(
-        actor=actor, action="workers.worker.register", tenant=None, target_type="worker",
+        actor=actor,
+        action="workers.worker.register",
+        tenant=None,
+        target_type="worker",
         target_id=str(worker.pk),
-        changes={k: {"before": before.get(k), "after": v} for k, v in after.items()
-                 if before.get(k) != v},
-    )  # fmt: skip
+        changes={
+            k: {"before": before.get(k), "after": v} for k, v in after.items() if before.get(k) != v
+        },
+    )
     return worker
 
 
@@ -63,10 +78,13 @@ def worker_probe(*, worker: Worker, client: httpx.Client | None = None) -> Worke
                 blocks = sample.labels.get("num_gpu_blocks")
                 worker.num_blocks = int(blocks) if blocks and blocks.isdigit() else None
             elif sample.name in (
-                "vllm:kv_cache_usage_perc", "vllm:num_requests_running",
-                "vllm:num_requests_waiting", "vllm:prefix_cache_queries_total",
-                "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total",
-            ):  # fmt: skip
+                "vllm:kv_cache_usage_perc",
+                "vllm:num_requests_running",
+                "vllm:num_requests_waiting",
+                "vllm:prefix_cache_queries_total",
+                "vllm:prefix_cache_hits_total",
+                "vllm:num_preemptions_total",
+            ):
                 snapshot[sample.name] = sample.value
             elif sample.name == "vllm:gpu_cache_usage_perc":  # removed in vLLM 0.12
                 snapshot.setdefault("vllm:kv_cache_usage_perc", sample.value)
@@ -74,8 +92,9 @@ def worker_probe(*, worker: Worker, client: httpx.Client | None = None) -> Worke
     worker.metrics = snapshot
     if healthy:
         worker.last_seen_at = timezone.now()
-    worker.save(update_fields=["block_size", "num_blocks", "state", "metrics", "last_seen_at",
-                               "updated_at"])  # fmt: skip
+    worker.save(
+        update_fields=["block_size", "num_blocks", "state", "metrics", "last_seen_at", "updated_at"]
+    )
     return worker
 
 
@@ -92,15 +111,22 @@ def workers_probe_all(*, client: httpx.Client | None = None) -> list[Worker]:
     publish_now(
         platform_group("workers"),
         "workers.snapshot",
-        {"workers": [
-            {"name": w.name, "state": w.state, "pool": w.pool, "model": w.model,
-             "kv_usage": w.metrics.get("vllm:kv_cache_usage_perc"),
-             "running": w.metrics.get("vllm:num_requests_running"),
-             "waiting": w.metrics.get("vllm:num_requests_waiting"),
-             "hit_rate": _hit_rate(w.metrics)}
-            for w in probed
-        ]},
-    )  # fmt: skip
+        {
+            "workers": [
+                {
+                    "name": w.name,
+                    "state": w.state,
+                    "pool": w.pool,
+                    "model": w.model,
+                    "kv_usage": w.metrics.get("vllm:kv_cache_usage_perc"),
+                    "running": w.metrics.get("vllm:num_requests_running"),
+                    "waiting": w.metrics.get("vllm:num_requests_waiting"),
+                    "hit_rate": _hit_rate(w.metrics),
+                }
+                for w in probed
+            ]
+        },
+    )
     return probed
 
 

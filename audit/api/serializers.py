@@ -125,10 +125,26 @@ class AuditExportOut(serializers.ModelSerializer):
     class Meta:
         model = AuditExport
         fields = [
-            "id", "scope", "tenant", "format", "filters", "status", "total", "processed",
-            "progress", "records", "withheld", "error", "requested_by", "created_at",
-            "started_at", "finished_at", "file_size", "file_sha256", "download_url",
-        ]  # fmt: skip
+            "id",
+            "scope",
+            "tenant",
+            "format",
+            "filters",
+            "status",
+            "total",
+            "processed",
+            "progress",
+            "records",
+            "withheld",
+            "error",
+            "requested_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "file_size",
+            "file_sha256",
+            "download_url",
+        ]
         read_only_fields = fields
 
     def get_scope(self, export: AuditExport) -> str:

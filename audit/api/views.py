@@ -87,12 +87,12 @@ class _ExportViewMixin:
     serializer_class = s.AuditExportOut
     pagination_class = _ByCreated
 
-    def perform_content_negotiation(self, request: Request, force: bool = False):  # noqa: ANN201
+    def perform_content_negotiation(self, request: Request, force: bool = False):
         # A client asking for application/zip must still get JSON errors, never a 406
         # before the view could say why.
         return super().perform_content_negotiation(request, force=True)  # type: ignore[misc]
 
-    def _list(self, exports) -> Response:  # noqa: ANN001
+    def _list(self, exports) -> Response:
         page = self.paginate_queryset(exports)  # type: ignore[attr-defined]
         return self.get_paginated_response(s.AuditExportOut(page, many=True).data)  # type: ignore[attr-defined]
 

@@ -256,9 +256,12 @@ def _produce(export: AuditExport, progress: ProgressCallback | None) -> None:
             tenant=export.tenant,
             target_type="audit_export",
             target_id=str(export.pk),
-            details={"records": written.records, "file_sha256": written.sha256,
-                     "key_id": signer.kid},
-        )  # fmt: skip
+            details={
+                "records": written.records,
+                "file_sha256": written.sha256,
+                "key_id": signer.kid,
+            },
+        )
 
 
 def _segments(export: AuditExport, filters: ExportFilters) -> list[selectors.ChainSegment]:

@@ -30,18 +30,25 @@ from billing.models import (
     }
 )
 class ProviderField(serializers.ChoiceField):
-    def __init__(self, **kwargs) -> None:  # noqa: ANN003
+    def __init__(self, **kwargs) -> None:
         super().__init__(choices=Provider.choices, **kwargs)
 
 
-def _rate(**kwargs) -> serializers.DecimalField:  # noqa: ANN003
+def _rate(**kwargs) -> serializers.DecimalField:
     return serializers.DecimalField(max_digits=16, decimal_places=6, **kwargs)
 
 
 _VERSION_FIELDS = [
-    "id", "version", "effective_from", "effective_to", "superseded_at", "superseded_by",
-    "source", "note", "created_at",
-]  # fmt: skip
+    "id",
+    "version",
+    "effective_from",
+    "effective_to",
+    "superseded_at",
+    "superseded_by",
+    "source",
+    "note",
+    "created_at",
+]
 
 
 class ModelPriceOut(serializers.ModelSerializer):
@@ -50,12 +57,22 @@ class ModelPriceOut(serializers.ModelSerializer):
     class Meta:
         model = ModelPrice
         fields = [
-            "provider", "model", "input_per_mtok", "cached_input_per_mtok",
-            "cache_write_5m_per_mtok", "cache_write_1h_per_mtok", "storage_per_mtok_hour",
-            "output_per_mtok", "long_threshold_tokens", "long_input_per_mtok",
-            "long_cached_input_per_mtok", "long_cache_write_5m_per_mtok",
-            "long_cache_write_1h_per_mtok", "long_output_per_mtok", *_VERSION_FIELDS,
-        ]  # fmt: skip
+            "provider",
+            "model",
+            "input_per_mtok",
+            "cached_input_per_mtok",
+            "cache_write_5m_per_mtok",
+            "cache_write_1h_per_mtok",
+            "storage_per_mtok_hour",
+            "output_per_mtok",
+            "long_threshold_tokens",
+            "long_input_per_mtok",
+            "long_cached_input_per_mtok",
+            "long_cache_write_5m_per_mtok",
+            "long_cache_write_1h_per_mtok",
+            "long_output_per_mtok",
+            *_VERSION_FIELDS,
+        ]
         read_only_fields = fields
 
 
@@ -70,9 +87,12 @@ class ModelRatesInput(serializers.Serializer):
     cache_write_1h_per_mtok = _rate(required=False, allow_null=True, help_text=_NO_PREMIUM)
     storage_per_mtok_hour = _rate(required=False, allow_null=True, help_text="Default 0.")
     long_threshold_tokens = serializers.IntegerField(
-        required=False, allow_null=True, min_value=1, max_value=2**31 - 1,
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=2**31 - 1,
         help_text="Prompts above this many tokens use the long_* rates.",
-    )  # fmt: skip
+    )
     long_input_per_mtok = _rate(required=False, allow_null=True)
     long_cached_input_per_mtok = _rate(required=False, allow_null=True)
     long_cache_write_5m_per_mtok = _rate(required=False, allow_null=True)
@@ -95,10 +115,14 @@ class PoolPriceOut(serializers.ModelSerializer):
     class Meta:
         model = PoolPrice
         fields = [
-            "pool", "gpu_hour_usd", "prefill_tokens_per_gpu_second",
-            "decode_tokens_per_gpu_second", "kv_blocks_per_gpu", "kv_block_tokens",
+            "pool",
+            "gpu_hour_usd",
+            "prefill_tokens_per_gpu_second",
+            "decode_tokens_per_gpu_second",
+            "kv_blocks_per_gpu",
+            "kv_block_tokens",
             *_VERSION_FIELDS,
-        ]  # fmt: skip
+        ]
         read_only_fields = fields
 
 
@@ -124,12 +148,32 @@ class UsageRecordOut(serializers.ModelSerializer):
     class Meta:
         model = UsageRecord
         fields = [
-            "id", "request_id", "occurred_at", "provider", "model", "worker", "pool",
-            "api_key_id", "principal_id", "cache_id", "prompt_tokens", "cached_read_tokens",
-            "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens", "ttft_ms",
-            "latency_ms", "status", "stream", "price_version", "pool_price", "cost_micros",
-            "cost_without_cache_micros", "recorded_at", "repriced_at",
-        ]  # fmt: skip
+            "id",
+            "request_id",
+            "occurred_at",
+            "provider",
+            "model",
+            "worker",
+            "pool",
+            "api_key_id",
+            "principal_id",
+            "cache_id",
+            "prompt_tokens",
+            "cached_read_tokens",
+            "cache_write_5m_tokens",
+            "cache_write_1h_tokens",
+            "output_tokens",
+            "ttft_ms",
+            "latency_ms",
+            "status",
+            "stream",
+            "price_version",
+            "pool_price",
+            "cost_micros",
+            "cost_without_cache_micros",
+            "recorded_at",
+            "repriced_at",
+        ]
         read_only_fields = fields
 
 
@@ -150,7 +194,7 @@ class SpendQuery(RangeQuery):
 class SpendRowOut(serializers.Serializer):
     key = serializers.CharField(
         help_text="The day (ISO date), provider:model, provider or cache id."
-    )  # noqa: E501
+    )
     requests = serializers.IntegerField()
     prompt_tokens = serializers.IntegerField()
     cached_read_tokens = serializers.IntegerField()
@@ -195,10 +239,21 @@ class BudgetOut(serializers.ModelSerializer):
     class Meta:
         model = Budget
         fields = [
-            "id", "name", "principal", "period", "starts_at", "ends_at", "limit_micros",
-            "thresholds", "hard_limit", "webhook_url", "created_at", "updated_at",
-            "archived_at", "current_period",
-        ]  # fmt: skip
+            "id",
+            "name",
+            "principal",
+            "period",
+            "starts_at",
+            "ends_at",
+            "limit_micros",
+            "thresholds",
+            "hard_limit",
+            "webhook_url",
+            "created_at",
+            "updated_at",
+            "archived_at",
+            "current_period",
+        ]
         read_only_fields = fields
 
     @extend_schema_field(BudgetPeriodOut(allow_null=True))
@@ -222,9 +277,11 @@ class BudgetCreateInput(serializers.Serializer):
     period = serializers.CharField(max_length=16, help_text="day, month or custom (UTC).")
     limit_micros = serializers.IntegerField(help_text="Integer micro-USD (1 USD = 1000000).")
     thresholds = serializers.ListField(
-        child=serializers.IntegerField(), required=False, max_length=50,
+        child=serializers.IntegerField(),
+        required=False,
+        max_length=50,
         help_text="Whole percentages 1-100 (default 50, 80, 100); one alert each per period.",
-    )  # fmt: skip
+    )
     hard_limit = serializers.BooleanField(required=False, default=True)
     principal = serializers.UUIDField(
         required=False, allow_null=True, help_text="A service account of this tenant."
@@ -253,25 +310,39 @@ class BudgetAlertOut(serializers.ModelSerializer):
     class Meta:
         model = BudgetAlert
         fields = [
-            "id", "budget", "budget_name", "period_start", "period_end", "threshold",
-            "spent_micros", "limit_micros", "created_at", "webhook_state",
-            "webhook_attempts", "webhook_last_error", "webhook_delivered_at",
-        ]  # fmt: skip
+            "id",
+            "budget",
+            "budget_name",
+            "period_start",
+            "period_end",
+            "threshold",
+            "spent_micros",
+            "limit_micros",
+            "created_at",
+            "webhook_state",
+            "webhook_attempts",
+            "webhook_last_error",
+            "webhook_delivered_at",
+        ]
         read_only_fields = fields
 
 
 class BreakEvenInput(serializers.Serializer):
     provider = ProviderField()
     model = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    pool = serializers.CharField(max_length=100, required=False, allow_blank=True,
-                                 help_text="For provider vllm: the worker pool.")  # fmt: skip
+    pool = serializers.CharField(
+        max_length=100,
+        required=False,
+        allow_blank=True,
+        help_text="For provider vllm: the worker pool.",
+    )
     context_tokens = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
     queries_per_hour = serializers.DecimalField(max_digits=14, decimal_places=4, min_value=0)
     ttl_seconds = serializers.IntegerField(min_value=1, max_value=366 * 86400)
-    input_tokens_per_day = serializers.IntegerField(required=False, min_value=0,
-                                                    max_value=10**15)  # fmt: skip
-    hit_ratio = serializers.DecimalField(max_digits=6, decimal_places=4, required=False,
-                                         min_value=0, max_value=1)  # fmt: skip
+    input_tokens_per_day = serializers.IntegerField(required=False, min_value=0, max_value=10**15)
+    hit_ratio = serializers.DecimalField(
+        max_digits=6, decimal_places=4, required=False, min_value=0, max_value=1
+    )
     days = serializers.IntegerField(required=False, min_value=1, max_value=366, default=30)
 
 

@@ -94,8 +94,10 @@ def _rates(data: dict, names: tuple[str, ...]) -> dict:
 
 
 _MODEL_RATE_NAMES = (
-    *price_services.MODEL_RATE_FIELDS, "long_threshold_tokens", *price_services.MODEL_LONG_FIELDS,
-)  # fmt: skip
+    *price_services.MODEL_RATE_FIELDS,
+    "long_threshold_tokens",
+    *price_services.MODEL_LONG_FIELDS,
+)
 
 
 @extend_schema(tags=["billing-platform"])
@@ -113,7 +115,7 @@ class PlatformModelPriceViewSet(PlatformMixin, viewsets.GenericViewSet):
     serializer_class = s.ModelPriceOut
     pagination_class = _ById
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.model_price_list(
             provider=self.request.query_params.get("provider") or None,
             model=self.request.query_params.get("model") or None,
@@ -134,20 +136,27 @@ class PlatformModelPriceViewSet(PlatformMixin, viewsets.GenericViewSet):
     def create(self, request: Request) -> Response:
         data = validated(s.ModelPriceCreateInput, request.data)
         price = price_services.model_price_create(
-            actor=self.actor(), provider=data["provider"], model=data["model"],
-            rates=_rates(data, _MODEL_RATE_NAMES), source=data["source"],
-            effective_from=data.get("effective_from"), effective_to=data.get("effective_to"),
+            actor=self.actor(),
+            provider=data["provider"],
+            model=data["model"],
+            rates=_rates(data, _MODEL_RATE_NAMES),
+            source=data["source"],
+            effective_from=data.get("effective_from"),
+            effective_to=data.get("effective_to"),
             note=data.get("note", ""),
-        )  # fmt: skip
+        )
         return Response(s.ModelPriceOut(price).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=s.ModelRatesInput, responses={201: s.ModelPriceOut})
     def correct(self, request: Request, pk: int) -> Response:
         data = validated(s.ModelRatesInput, request.data)
         price = price_services.model_price_correct(
-            actor=self.actor(), price=self.get_object(), rates=_rates(data, _MODEL_RATE_NAMES),
-            source=data["source"], note=data.get("note", ""),
-        )  # fmt: skip
+            actor=self.actor(),
+            price=self.get_object(),
+            rates=_rates(data, _MODEL_RATE_NAMES),
+            source=data["source"],
+            note=data.get("note", ""),
+        )
         return Response(s.ModelPriceOut(price).data, status=status.HTTP_201_CREATED)
 
 
@@ -161,7 +170,7 @@ class PlatformPoolPriceViewSet(PlatformMixin, viewsets.GenericViewSet):
     serializer_class = s.PoolPriceOut
     pagination_class = _ById
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.pool_price_list(pool=self.request.query_params.get("pool") or None)
 
     @extend_schema(
@@ -178,20 +187,26 @@ class PlatformPoolPriceViewSet(PlatformMixin, viewsets.GenericViewSet):
     def create(self, request: Request) -> Response:
         data = validated(s.PoolPriceCreateInput, request.data)
         price = price_services.pool_price_create(
-            actor=self.actor(), pool=data["pool"], rates=_rates(data, price_services.POOL_FIELDS),
-            source=data["source"], effective_from=data.get("effective_from"),
-            effective_to=data.get("effective_to"), note=data.get("note", ""),
-        )  # fmt: skip
+            actor=self.actor(),
+            pool=data["pool"],
+            rates=_rates(data, price_services.POOL_FIELDS),
+            source=data["source"],
+            effective_from=data.get("effective_from"),
+            effective_to=data.get("effective_to"),
+            note=data.get("note", ""),
+        )
         return Response(s.PoolPriceOut(price).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=s.PoolRatesInput, responses={201: s.PoolPriceOut})
     def correct(self, request: Request, pk: int) -> Response:
         data = validated(s.PoolRatesInput, request.data)
         price = price_services.pool_price_correct(
-            actor=self.actor(), price=self.get_object(),
-            rates=_rates(data, price_services.POOL_FIELDS), source=data["source"],
+            actor=self.actor(),
+            price=self.get_object(),
+            rates=_rates(data, price_services.POOL_FIELDS),
+            source=data["source"],
             note=data.get("note", ""),
-        )  # fmt: skip
+        )
         return Response(s.PoolPriceOut(price).data, status=status.HTTP_201_CREATED)
 
 
@@ -205,7 +220,7 @@ class CsvRenderer(BaseRenderer):
     format = "csv"
     charset = "utf-8"
 
-    def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:  # noqa: ANN001
+    def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:
         return json.dumps(data).encode() if data is not None else b""
 
 
@@ -230,35 +245,48 @@ class UsageViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     renderer_classes = [JSONRenderer, CsvRenderer]
 
     @extend_schema(
-        parameters=[*_RANGE_PARAMS, OpenApiParameter("model", str),
-                    OpenApiParameter("cache_id", str)],
+        parameters=[
+            *_RANGE_PARAMS,
+            OpenApiParameter("model", str),
+            OpenApiParameter("cache_id", str),
+        ],
         responses={200: s.UsageRecordOut(many=True)},
-    )  # fmt: skip
+    )
     def list(self, request: Request, tenant: str) -> Response:
         query = _range(request, s.UsageQuery)
         rows = selectors.usage_list(
-            tenant=self.tenant, since=query["since"], until=query["until"],
-            model=query.get("model"), cache_id=query.get("cache_id"),
-        )  # fmt: skip
+            tenant=self.tenant,
+            since=query["since"],
+            until=query["until"],
+            model=query.get("model"),
+            cache_id=query.get("cache_id"),
+        )
         page = self.paginate_queryset(rows)
         return self.get_paginated_response(s.UsageRecordOut(page, many=True).data)
 
     @extend_schema(
         parameters=[
             *_RANGE_PARAMS,
-            OpenApiParameter("group_by", str, enum=["day", "model", "provider", "cache"],
-                             required=True),
+            OpenApiParameter(
+                "group_by", str, enum=["day", "model", "provider", "cache"], required=True
+            ),
         ],
         responses={200: s.SpendOut},
-    )  # fmt: skip
+    )
     def spend(self, request: Request, tenant: str) -> Response:
         query = _range(request, s.SpendQuery)
         rows = selectors.spend_grouped(
-            tenant=self.tenant, since=query["since"], until=query["until"],
+            tenant=self.tenant,
+            since=query["since"],
+            until=query["until"],
             group_by=query["group_by"],
-        )  # fmt: skip
-        body = {"since": query["since"], "until": query["until"], "group_by": query["group_by"],
-                "rows": rows}  # fmt: skip
+        )
+        body = {
+            "since": query["since"],
+            "until": query["until"],
+            "group_by": query["group_by"],
+            "rows": rows,
+        }
         return Response(s.SpendOut(body).data)
 
     @extend_schema(parameters=_RANGE_PARAMS, responses={200: s.SavingsOut})
@@ -293,7 +321,7 @@ class UsageViewSet(TenantScopedMixin, viewsets.GenericViewSet):
         return response
 
 
-def _streamable(request: Request, lines: Iterator[str]):  # noqa: ANN202
+def _streamable(request: Request, lines: Iterator[str]):
     """The iterator as the server wants it: under ASGI (uvicorn) Django would buffer a
     sync iterator whole, so it gets an async one reading 1,000 lines per thread hop; the
     database cursor stays on Django's one sync thread (thread_sensitive)."""
@@ -324,20 +352,25 @@ class BreakEvenViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     def create(self, request: Request, tenant: str) -> Response:
         data = validated(s.BreakEvenInput, request.data)
         result = breakeven_service.breakeven(
-            provider=data["provider"], model=data.get("model", ""), pool=data.get("pool", ""),
-            context_tokens=data["context_tokens"], queries_per_hour=data["queries_per_hour"],
+            provider=data["provider"],
+            model=data.get("model", ""),
+            pool=data.get("pool", ""),
+            context_tokens=data["context_tokens"],
+            queries_per_hour=data["queries_per_hour"],
             ttl=timedelta(seconds=data["ttl_seconds"]),
-        )  # fmt: skip
+        )
         body = dict(result.__dict__)
         for name in ("breakeven_queries_per_hour", "breakeven_queries_per_hour_incl_create"):
             body[name] = str(body[name])
         body["blended"] = None
         if data.get("hit_ratio") is not None and data.get("input_tokens_per_day") is not None:
             body["blended"] = breakeven_service.blended_cost(
-                provider=data["provider"], model=data.get("model", ""),
-                input_tokens_per_day=data["input_tokens_per_day"], hit_ratio=data["hit_ratio"],
+                provider=data["provider"],
+                model=data.get("model", ""),
+                input_tokens_per_day=data["input_tokens_per_day"],
+                hit_ratio=data["hit_ratio"],
                 days=data["days"],
-            ).__dict__  # fmt: skip
+            ).__dict__
         return Response(s.BreakEvenOut(body).data)
 
 
@@ -360,14 +393,14 @@ class BudgetViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     serializer_class = s.BudgetOut
     pagination_class = _ByCreated
 
-    def _out(self, budgets: list, serializer_class: type = s.BudgetOut, many: bool = False):  # noqa: ANN202
+    def _out(self, budgets: list, serializer_class: type = s.BudgetOut, many: bool = False):
         items = budgets if many else [budgets]
         periods = selectors.budget_current_periods(
             tenant=self.tenant, budgets=items, at=timezone.now()
         )
         return serializer_class(budgets, many=many, context={"periods": periods}).data
 
-    def _budget(self, pk: str):  # noqa: ANN202
+    def _budget(self, pk: str):
         budget = selectors.budget_get(tenant=self.tenant, budget_id=_uuid(pk))
         if budget is None:
             raise NotFound("No such budget.")
@@ -386,20 +419,25 @@ class BudgetViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     def create(self, request: Request, tenant: str) -> Response:
         data = validated(s.BudgetCreateInput, request.data)
         budget = budget_services.budget_create(
-            actor=self.actor(), tenant=self.tenant, name=data["name"], period=data["period"],
+            actor=self.actor(),
+            tenant=self.tenant,
+            name=data["name"],
+            period=data["period"],
             limit_micros=data["limit_micros"],
             thresholds=data.get("thresholds", list(budget_services.DEFAULT_THRESHOLDS)),
             hard_limit=data.get("hard_limit", True),
             principal_id=str(data["principal"]) if data.get("principal") else None,
-            starts_at=data.get("starts_at"), ends_at=data.get("ends_at"),
+            starts_at=data.get("starts_at"),
+            ends_at=data.get("ends_at"),
             webhook_url=data.get("webhook_url", ""),
-        )  # fmt: skip
+        )
         response = Response(self._out(budget, s.BudgetSecretOut), status=status.HTTP_201_CREATED)
         response["Cache-Control"] = "no-store"
         return response
 
-    @extend_schema(parameters=[_BUDGET_ID], request=s.BudgetUpdateInput,
-                   responses={200: s.BudgetOut})  # fmt: skip
+    @extend_schema(
+        parameters=[_BUDGET_ID], request=s.BudgetUpdateInput, responses={200: s.BudgetOut}
+    )
     def partial_update(self, request: Request, tenant: str, pk: str) -> Response:
         budget = self._budget(pk)
         changes = dict(validated(s.BudgetUpdateInput, request.data))

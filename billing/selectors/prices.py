@@ -125,7 +125,7 @@ class PriceIndex:
                 self._pools[pool] = ([v.effective_from for v in versions], versions)
 
     @staticmethod
-    def _pick(entry, at: datetime):  # noqa: ANN001, ANN205
+    def _pick(entry, at: datetime):
         if not entry:
             return None
         starts, versions = entry

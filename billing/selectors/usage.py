@@ -78,11 +78,13 @@ def tenant_spend_micros(
     if principal_id is not None:
         return _sum(
             UsageRecord.objects.filter(
-                tenant_id=tenant_id, principal_id=principal_id,
-                occurred_at__gte=since, occurred_at__lt=until,
+                tenant_id=tenant_id,
+                principal_id=principal_id,
+                occurred_at__gte=since,
+                occurred_at__lt=until,
             ),
             "cost_micros",
-        )  # fmt: skip
+        )
     requests = _sum(_rollups_in_range(tenant_id=tenant_id, since=since, until=until), "cost_micros")
     storage = _sum(
         StorageAccrual.objects.filter(tenant_id=tenant_id, hour__gte=since, hour__lt=until),
@@ -94,8 +96,14 @@ def tenant_spend_micros(
 GROUPS = ("day", "model", "provider", "cache")
 
 
-_SUMS = ("requests", "cost_micros", "cost_without_cache_micros", "prompt_tokens",
-         "cached_read_tokens", "output_tokens")  # fmt: skip
+_SUMS = (
+    "requests",
+    "cost_micros",
+    "cost_without_cache_micros",
+    "prompt_tokens",
+    "cached_read_tokens",
+    "output_tokens",
+)
 
 
 def _rollups_in_range(*, tenant_id: object, since: datetime, until: datetime) -> QuerySet:
@@ -229,7 +237,7 @@ def savings_summary(*, tenant: Tenant, since: datetime, until: datetime) -> Savi
         (Decimal(int(rollups["cached"])) / prompt).quantize(Decimal("0.0001"))
         if prompt
         else Decimal(0)
-    )  # noqa: E501
+    )
     return Savings(
         spent_micros=cost + storage,
         request_cost_micros=cost,
@@ -242,11 +250,27 @@ def savings_summary(*, tenant: Tenant, since: datetime, until: datetime) -> Savi
 
 
 EXPORT_COLUMNS = (
-    "kind", "occurred_at", "request_id", "provider", "model", "pool", "worker", "cache_id",
-    "api_key_id", "status", "prompt_tokens", "cached_read_tokens", "cache_write_5m_tokens",
-    "cache_write_1h_tokens", "output_tokens", "storage_seconds", "price_version",
-    "cost_micros", "cost_without_cache_micros", "cost_usd",
-)  # fmt: skip
+    "kind",
+    "occurred_at",
+    "request_id",
+    "provider",
+    "model",
+    "pool",
+    "worker",
+    "cache_id",
+    "api_key_id",
+    "status",
+    "prompt_tokens",
+    "cached_read_tokens",
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
+    "output_tokens",
+    "storage_seconds",
+    "price_version",
+    "cost_micros",
+    "cost_without_cache_micros",
+    "cost_usd",
+)
 
 
 def _usd(micros: int) -> str:
@@ -282,15 +306,32 @@ def spend_export_rows(*, tenant: Tenant, since: datetime, until: datetime) -> It
             "pool_price_id",
             "cost_micros",
             "cost_without_cache_micros",
-        )  # fmt: skip
+        )
     )
     for r in records.iterator(chunk_size=2000):
         price = f"model:{r[14]}" if r[14] else (f"pool:{r[15]}" if r[15] else "")
         yield [
-            "request", r[0].isoformat(), r[1], r[2], r[3], r[4], r[5], r[6] or "",
-            r[7] or "", r[8], r[9], r[10], r[11], r[12], r[13], "", price, r[16], r[17],
+            "request",
+            r[0].isoformat(),
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            r[6] or "",
+            r[7] or "",
+            r[8],
+            r[9],
+            r[10],
+            r[11],
+            r[12],
+            r[13],
+            "",
+            price,
+            r[16],
+            r[17],
             _usd(r[16]),
-        ]  # fmt: skip
+        ]
     accruals = (
         StorageAccrual.objects.filter(tenant=tenant, hour__gte=since, hour__lt=until)
         .annotate(seconds=F("covered_to") - F("covered_from"))
@@ -310,9 +351,27 @@ def spend_export_rows(*, tenant: Tenant, since: datetime, until: datetime) -> It
     for a in accruals.iterator(chunk_size=2000):
         price = f"model:{a[6]}" if a[6] else (f"pool:{a[7]}" if a[7] else "")
         yield [
-            "storage", a[0].isoformat(), "", a[1], a[2], a[3], "", a[4], "", "ok", "", "", "",
-            "", "", f"{a[5].total_seconds():.6f}", price, a[8], a[8], _usd(a[8]),
-        ]  # fmt: skip
+            "storage",
+            a[0].isoformat(),
+            "",
+            a[1],
+            a[2],
+            a[3],
+            "",
+            a[4],
+            "",
+            "ok",
+            "",
+            "",
+            "",
+            "",
+            "",
+            f"{a[5].total_seconds():.6f}",
+            price,
+            a[8],
+            a[8],
+            _usd(a[8]),
+        ]
 
 
 def usage_cost_quote(
@@ -334,16 +393,24 @@ def usage_cost_quote(
 
 
 def usage_estimate_micros(
-    *, provider: str, model: str, prompt_tokens: int, max_output_tokens: int, at: datetime,
+    *,
+    provider: str,
+    model: str,
+    prompt_tokens: int,
+    max_output_tokens: int,
+    at: datetime,
     pool: str = "",
-) -> int:  # fmt: skip
+) -> int:
     """An upper bound of a request's cost before it runs (for ``budget_reserve``): every
     prompt token at the dearest input-side rate of its tier, plus the maximum output."""
     if provider == Provider.VLLM:
         return usage_cost_quote(
-            provider=provider, model=model, pool=pool, at=at,
+            provider=provider,
+            model=model,
+            pool=pool,
+            at=at,
             counts=UsageCounts(prompt_tokens=prompt_tokens, output_tokens=max_output_tokens),
-        ).micros  # fmt: skip
+        ).micros
     price = model_price_resolve(provider=provider, model=model, at=at)
     if price is None:
         raise PriceNotFound(f"No price for {provider}:{model}.")

@@ -115,29 +115,41 @@ def budget_alert_deliver(*, alert: BudgetAlert) -> str:
     attempts = alert.webhook_attempts + 1
     refused = webhook_destination_refused(budget.webhook_url)
     if refused:
-        _record(alert.pk, webhook_state=WebhookState.FAILED, webhook_attempts=attempts,
-                webhook_last_error=refused)  # fmt: skip
+        _record(
+            alert.pk,
+            webhook_state=WebhookState.FAILED,
+            webhook_attempts=attempts,
+            webhook_last_error=refused,
+        )
         return WebhookState.FAILED
     try:
         response = httpx.post(
-            budget.webhook_url, content=body, headers=headers, follow_redirects=False,
+            budget.webhook_url,
+            content=body,
+            headers=headers,
+            follow_redirects=False,
             timeout=settings.CACHEPLANE_BILLING_WEBHOOK_TIMEOUT_SECONDS,
-        )  # fmt: skip
+        )
         error = "" if response.is_success else f"HTTP {response.status_code}"
         retryable = response.status_code >= 500 or response.status_code in _RETRYABLE_STATUS
     except httpx.HTTPError as exc:
         error, retryable = f"{type(exc).__name__}: {exc}"[:500], True
     if not error:
         _record(
-            alert.pk, webhook_state=WebhookState.DELIVERED, webhook_attempts=attempts,
-            webhook_last_error="", webhook_delivered_at=timezone.now(),
-        )  # fmt: skip
+            alert.pk,
+            webhook_state=WebhookState.DELIVERED,
+            webhook_attempts=attempts,
+            webhook_last_error="",
+            webhook_delivered_at=timezone.now(),
+        )
         return WebhookState.DELIVERED
     if retryable and attempts < WEBHOOK_MAX_ATTEMPTS:
         _record(alert.pk, webhook_attempts=attempts, webhook_last_error=error)
         raise WebhookTransientError(error)
     _record(
-        alert.pk, webhook_state=WebhookState.FAILED, webhook_attempts=attempts,
+        alert.pk,
+        webhook_state=WebhookState.FAILED,
+        webhook_attempts=attempts,
         webhook_last_error=error,
-    )  # fmt: skip
+    )
     return WebhookState.FAILED

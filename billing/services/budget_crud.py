@@ -114,17 +114,28 @@ def budget_create(
                 f"Unknown service account {principal_id}.", details={"principal": principal_id}
             )
     budget = Budget(
-        tenant=tenant, principal=principal, name=_clean_name(name), period=period,
-        starts_at=starts_at, ends_at=ends_at, limit_micros=_clean_limit(limit_micros),
-        thresholds=_clean_thresholds(thresholds), hard_limit=bool(hard_limit),
-        webhook_url=_clean_webhook(webhook_url), created_by=actor.principal,
-    )  # fmt: skip
+        tenant=tenant,
+        principal=principal,
+        name=_clean_name(name),
+        period=period,
+        starts_at=starts_at,
+        ends_at=ends_at,
+        limit_micros=_clean_limit(limit_micros),
+        thresholds=_clean_thresholds(thresholds),
+        hard_limit=bool(hard_limit),
+        webhook_url=_clean_webhook(webhook_url),
+        created_by=actor.principal,
+    )
     with transaction.atomic():
         budget.save(force_insert=True)
         audit_record(
-            actor=actor, action="billing.budget.create", tenant=tenant, target_type="budget",
-            target_id=str(budget.pk), changes=changes_between({}, _snapshot(budget)),
-        )  # fmt: skip
+            actor=actor,
+            action="billing.budget.create",
+            tenant=tenant,
+            target_type="budget",
+            target_id=str(budget.pk),
+            changes=changes_between({}, _snapshot(budget)),
+        )
     budget_period_ensure(budget=budget, at=timezone.now())
     return budget
 
@@ -159,10 +170,13 @@ def budget_update(*, actor: Actor, budget: Budget, changes: dict[str, Any]) -> B
             tenant_id=locked.tenant_id, budget=locked, period_end__gt=timezone.now()
         ).update(limit_micros=locked.limit_micros, hard_limit=locked.hard_limit)
         audit_record(
-            actor=actor, action="billing.budget.update", tenant=locked.tenant,
-            target_type="budget", target_id=str(locked.pk),
+            actor=actor,
+            action="billing.budget.update",
+            tenant=locked.tenant,
+            target_type="budget",
+            target_id=str(locked.pk),
             changes=changes_between(before, _snapshot(locked)),
-        )  # fmt: skip
+        )
     return locked
 
 
@@ -175,10 +189,13 @@ def budget_archive(*, actor: Actor, budget: Budget) -> Budget:
             locked.archived_at = timezone.now()
             locked.save(update_fields=["archived_at", "updated_at"])
         audit_record(
-            actor=actor, action="billing.budget.delete", tenant=locked.tenant,
-            target_type="budget", target_id=str(locked.pk),
+            actor=actor,
+            action="billing.budget.delete",
+            tenant=locked.tenant,
+            target_type="budget",
+            target_id=str(locked.pk),
             changes=changes_between(before, _snapshot(locked)),
-        )  # fmt: skip
+        )
     return locked
 
 
@@ -189,8 +206,11 @@ def budget_rotate_secret(*, actor: Actor, budget: Budget) -> Budget:
         locked.webhook_secret = _new_webhook_secret()
         locked.save(update_fields=["webhook_secret", "updated_at"])
         audit_record(
-            actor=actor, action="billing.budget.rotate_secret", tenant=locked.tenant,
-            target_type="budget", target_id=str(locked.pk),
+            actor=actor,
+            action="billing.budget.rotate_secret",
+            tenant=locked.tenant,
+            target_type="budget",
+            target_id=str(locked.pk),
             changes={"webhook_secret": {"before": "old", "after": "new"}},
-        )  # fmt: skip
+        )
     return locked

@@ -43,16 +43,17 @@ def budget_period_ensure(*, budget: Budget, at: datetime) -> BudgetPeriod | None
     if existing is not None:
         return existing
     seed = tenant_spend_micros(
-        tenant_id=budget.tenant_id, since=start, until=min(at, end),
+        tenant_id=budget.tenant_id,
+        since=start,
+        until=min(at, end),
         principal_id=budget.principal_id,
-    )  # fmt: skip
+    )
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO billing_budgetperiod (tenant_id, budget_id, period_start, period_end, "
             "limit_micros, hard_limit, spent_micros, reserved_micros, created_at) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, 0, now()) "
             "ON CONFLICT (tenant_id, budget_id, period_start) DO NOTHING",
-            [budget.tenant_id, budget.pk, start, end, budget.limit_micros, budget.hard_limit,
-             seed],
-        )  # fmt: skip
+            [budget.tenant_id, budget.pk, start, end, budget.limit_micros, budget.hard_limit, seed],
+        )
     return BudgetPeriod.objects.get(tenant_id=budget.tenant_id, budget=budget, period_start=start)

@@ -98,9 +98,13 @@ def budget_reserve(
     principal_id = principal.pk if principal is not None else None
     budgets = _applicable_budgets(tenant=tenant, principal_id=principal_id, at=now)
     reservation = BudgetReservation(
-        tenant=tenant, principal_id=principal_id, request_id=request_id, kind=kind,
-        amount_micros=estimate_micros, expires_at=now + ttl,
-    )  # fmt: skip
+        tenant=tenant,
+        principal_id=principal_id,
+        request_id=request_id,
+        kind=kind,
+        amount_micros=estimate_micros,
+        expires_at=now + ttl,
+    )
     if not budgets:
         return reservation
     periods = sorted(
@@ -141,10 +145,14 @@ def budget_reserve(
     }
     with transaction.atomic():
         audit_record(
-            actor=actor or _denial_actor(principal), action="billing.budget.exceeded",
-            tenant=tenant, outcome=Outcome.DENIED, target_type="budget",
-            target_id=str(refused.budget_id), details={**details, "request_id": request_id},
-        )  # fmt: skip
+            actor=actor or _denial_actor(principal),
+            action="billing.budget.exceeded",
+            tenant=tenant,
+            outcome=Outcome.DENIED,
+            target_type="budget",
+            target_id=str(refused.budget_id),
+            details={**details, "request_id": request_id},
+        )
     raise BudgetExceeded("The request would exceed the budget's hard limit.", details=details)
 
 
@@ -170,9 +178,14 @@ def budget_reserve_cache_storage(
         provider=provider, model=model, pool=pool, tokens=tokens, ttl=ttl, at=timezone.now()
     )
     return budget_reserve(
-        tenant=tenant, principal=principal, estimate_micros=estimate, request_id=request_id,
-        ttl=ttl + CACHE_RESERVATION_GRACE, kind="cache_storage", actor=actor,
-    )  # fmt: skip
+        tenant=tenant,
+        principal=principal,
+        estimate_micros=estimate,
+        request_id=request_id,
+        ttl=ttl + CACHE_RESERVATION_GRACE,
+        kind="cache_storage",
+        actor=actor,
+    )
 
 
 def _move(reservation: BudgetReservation, *, release: int, spend: int) -> list[dict]:
@@ -189,9 +202,14 @@ def _move(reservation: BudgetReservation, *, release: int, spend: int) -> list[d
             row = cursor.fetchone()
             if row is not None:
                 moved.append(
-                    {"period_id": row[0], "budget_id": row[1], "old_spent": row[2] - spend,
-                     "new_spent": row[2], "limit": row[3]}
-                )  # fmt: skip
+                    {
+                        "period_id": row[0],
+                        "budget_id": row[1],
+                        "old_spent": row[2] - spend,
+                        "new_spent": row[2],
+                        "limit": row[3],
+                    }
+                )
     return moved
 
 
@@ -283,23 +301,42 @@ def _alerts_raise(*, tenant_id: object, moved: list[dict]) -> list[BudgetAlert]:
                     "webhook_attempts, webhook_last_error) "
                     "VALUES (gen_random_uuid(), %s, %s, %s, %s, %s, %s, now(), %s, 0, '') "
                     "ON CONFLICT (tenant_id, period_id, threshold) DO NOTHING RETURNING id",
-                    [tenant_id, budget.pk, m["period_id"], threshold, m["new_spent"], m["limit"],
-                     WebhookState.PENDING if budget.webhook_url else WebhookState.NONE],
-                )  # fmt: skip
+                    [
+                        tenant_id,
+                        budget.pk,
+                        m["period_id"],
+                        threshold,
+                        m["new_spent"],
+                        m["limit"],
+                        WebhookState.PENDING if budget.webhook_url else WebhookState.NONE,
+                    ],
+                )
                 row = cursor.fetchone()
             if row is None:
                 continue
             alert = BudgetAlert.objects.select_related("tenant").get(pk=row[0])
             audit_record(
-                actor=Actor.system("billing"), action="billing.budget.threshold_crossed",
-                tenant=alert.tenant, target_type="budget", target_id=str(budget.pk),
-                details={"threshold": threshold, "spent_micros": m["new_spent"],
-                         "limit_micros": m["limit"], "alert": str(alert.pk)},
-            )  # fmt: skip
+                actor=Actor.system("billing"),
+                action="billing.budget.threshold_crossed",
+                tenant=alert.tenant,
+                target_type="budget",
+                target_id=str(budget.pk),
+                details={
+                    "threshold": threshold,
+                    "spent_micros": m["new_spent"],
+                    "limit_micros": m["limit"],
+                    "alert": str(alert.pk),
+                },
+            )
             from frontend.events import platform_group, publish_on_commit, tenant_group
 
-            event = {"budget": budget.name, "threshold": threshold, "tenant": alert.tenant.slug,
-                     "spent_micros": m["new_spent"], "limit_micros": m["limit"]}  # fmt: skip
+            event = {
+                "budget": budget.name,
+                "threshold": threshold,
+                "tenant": alert.tenant.slug,
+                "spent_micros": m["new_spent"],
+                "limit_micros": m["limit"],
+            }
             publish_on_commit(tenant_group(tenant_id, "alerts"), "billing.alert", event)
             publish_on_commit(platform_group("alerts"), "billing.alert", event)
             if budget.webhook_url:

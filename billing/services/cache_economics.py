@@ -30,9 +30,11 @@ def tenant_budget_used_fraction(*, tenant_id: object, at: datetime) -> Decimal:
     """The highest (spent + reserved) / limit over the tenant's current budget periods."""
     used = Decimal(0)
     for spent, reserved, limit in BudgetPeriod.objects.filter(
-        tenant_id=tenant_id, period_start__lte=at, period_end__gt=at,
+        tenant_id=tenant_id,
+        period_start__lte=at,
+        period_end__gt=at,
         budget__archived_at__isnull=True,
-    ).values_list("spent_micros", "reserved_micros", "limit_micros"):  # fmt: skip
+    ).values_list("spent_micros", "reserved_micros", "limit_micros"):
         if limit > 0:
             used = max(used, Decimal(spent + reserved) / Decimal(limit))
     return used
@@ -71,8 +73,9 @@ def cache_ttl_decision(*, cache: Any, now: datetime) -> ttl_policy.TtlDecision |
     last_hit = getattr(cache, "last_hit_at", None)
     rate = ttl_policy.ewma_decay(
         rate_per_hour=float(getattr(cache, "query_rate_ewma", 0.0) or 0.0),
-        last_at=last_hit, now=now,
-    )  # fmt: skip
+        last_at=last_hit,
+        now=now,
+    )
     expire_at = getattr(cache, "expire_at", None)
     remaining = int((expire_at - now).total_seconds()) if expire_at else 0
     return ttl_policy.ttl_decision(

@@ -141,7 +141,7 @@ def _lock_key(kind: str, key: dict[str, str]) -> None:
         )
 
 
-def _overlaps(a_from: datetime, a_to: datetime | None, b_from: datetime, b_to: datetime | None):  # noqa: ANN202
+def _overlaps(a_from: datetime, a_to: datetime | None, b_from: datetime, b_to: datetime | None):
     return (b_to is None or a_from < b_to) and (a_to is None or b_from < a_to)
 
 
@@ -213,10 +213,15 @@ def _version_create(
         try:
             with transaction.atomic():
                 price = cls.objects.create(
-                    **key, **values, version=version, effective_from=start,
-                    effective_to=effective_to, source=source, note=note,
+                    **key,
+                    **values,
+                    version=version,
+                    effective_from=start,
+                    effective_to=effective_to,
+                    source=source,
+                    note=note,
                     created_by=actor.principal,
-                )  # fmt: skip
+                )
         except IntegrityError:
             raise PriceOverlap("A concurrent change overlaps this price version.") from None
         price.refresh_from_db()  # the audit row records values exactly as stored
@@ -265,9 +270,15 @@ def _version_correct(
         old.save(update_fields=["superseded_at"])
         version = (cls.objects.filter(**key).aggregate(v=Max("version"))["v"] or 0) + 1
         new = cls.objects.create(
-            **key, **values, version=version, effective_from=old.effective_from,
-            effective_to=old.effective_to, source=source, note=note, created_by=actor.principal,
-        )  # fmt: skip
+            **key,
+            **values,
+            version=version,
+            effective_from=old.effective_from,
+            effective_to=old.effective_to,
+            source=source,
+            note=note,
+            created_by=actor.principal,
+        )
         old.superseded_by = new
         old.save(update_fields=["superseded_by"])
         new.refresh_from_db()
@@ -308,11 +319,16 @@ def model_price_create(
     if not model or len(model) > 200:
         raise InvalidPrice("model must be 1-200 characters.")
     return _version_create(
-        cls=ModelPrice, key={"provider": provider, "model": model},
-        values=model_rates_clean(rates), actor=actor, effective_from=effective_from,
-        effective_to=effective_to, source=source, note=note,
+        cls=ModelPrice,
+        key={"provider": provider, "model": model},
+        values=model_rates_clean(rates),
+        actor=actor,
+        effective_from=effective_from,
+        effective_to=effective_to,
+        source=source,
+        note=note,
         audit_action="billing.price.create",
-    )  # fmt: skip
+    )
 
 
 def model_price_correct(
@@ -323,10 +339,14 @@ def model_price_correct(
     Raises InvalidPrice, PriceAlreadySuperseded. Audited as ``billing.price.correct``.
     """
     return _version_correct(
-        price=price, values=model_rates_clean(rates), actor=actor,
-        key={"provider": price.provider, "model": price.model}, source=source, note=note,
+        price=price,
+        values=model_rates_clean(rates),
+        actor=actor,
+        key={"provider": price.provider, "model": price.model},
+        source=source,
+        note=note,
         audit_action="billing.price.correct",
-    )  # fmt: skip
+    )
 
 
 def pool_price_create(
@@ -343,10 +363,16 @@ def pool_price_create(
     if not pool or len(pool) > 100:
         raise InvalidPrice("pool must be 1-100 characters.")
     return _version_create(
-        cls=PoolPrice, key={"pool": pool}, values=pool_rates_clean(rates), actor=actor,
-        effective_from=effective_from, effective_to=effective_to, source=source, note=note,
+        cls=PoolPrice,
+        key={"pool": pool},
+        values=pool_rates_clean(rates),
+        actor=actor,
+        effective_from=effective_from,
+        effective_to=effective_to,
+        source=source,
+        note=note,
         audit_action="billing.pool_price.create",
-    )  # fmt: skip
+    )
 
 
 def pool_price_correct(
@@ -354,6 +380,11 @@ def pool_price_correct(
 ) -> PoolPrice:
     """Replace a mistaken pool price over its range. Audited as ``billing.pool_price.correct``."""
     return _version_correct(
-        price=price, values=pool_rates_clean(rates), actor=actor, key={"pool": price.pool},
-        source=source, note=note, audit_action="billing.pool_price.correct",
-    )  # fmt: skip
+        price=price,
+        values=pool_rates_clean(rates),
+        actor=actor,
+        key={"pool": price.pool},
+        source=source,
+        note=note,
+        audit_action="billing.pool_price.correct",
+    )

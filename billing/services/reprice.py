@@ -73,9 +73,12 @@ def _reprice_usage_batch(rows: list[UsageRecord], result: RepriceResult) -> None
     deltas: defaultdict[tuple, list[int]] = defaultdict(lambda: [0, 0])
     for r in rows:
         counts = UsageCounts(
-            r.prompt_tokens, r.cached_read_tokens, r.cache_write_5m_tokens,
-            r.cache_write_1h_tokens, r.output_tokens,
-        )  # fmt: skip
+            r.prompt_tokens,
+            r.cached_read_tokens,
+            r.cache_write_5m_tokens,
+            r.cache_write_1h_tokens,
+            r.output_tokens,
+        )
         price_id = pool_price_id = None
         cost = without = 0
         if r.provider == Provider.VLLM:
@@ -86,7 +89,7 @@ def _reprice_usage_batch(rows: list[UsageRecord], result: RepriceResult) -> None
                     pool_price.pk,
                     booked.micros,
                     booked.without_cache_micros,
-                )  # noqa: E501
+                )
         else:
             price = index.model_price(r.provider, r.model, r.occurred_at)
             if price is not None:
@@ -113,9 +116,15 @@ def _reprice_usage_batch(rows: list[UsageRecord], result: RepriceResult) -> None
         keys = list(deltas)
         cursor.execute(
             _ROLLUP_DELTA_SQL,
-            [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
-             [k[3] for k in keys], [deltas[k][0] for k in keys], [deltas[k][1] for k in keys]],
-        )  # fmt: skip
+            [
+                [k[0] for k in keys],
+                [k[1] for k in keys],
+                [k[2] for k in keys],
+                [k[3] for k in keys],
+                [deltas[k][0] for k in keys],
+                [deltas[k][1] for k in keys],
+            ],
+        )
 
 
 def _reprice_storage(
@@ -148,15 +157,16 @@ def _reprice_storage(
                         pool_price_id = pool_price.pk
                         micros = index.pool_rates(pool_price).kv_micros(
                             tokens=a.tokens, seconds=seconds
-                        )  # noqa: E501
+                        )
                 else:
                     price = index.model_price(a.provider, a.model, a.covered_from)
                     if price is not None:
                         price_id = price.pk
                         micros = storage_micros(
-                            tokens=a.tokens, seconds=seconds,
+                            tokens=a.tokens,
+                            seconds=seconds,
                             rate_per_mtok_hour=price.storage_per_mtok_hour,
-                        )  # fmt: skip
+                        )
                 if (price_id, pool_price_id, micros) == (
                     a.price_version_id,
                     a.pool_price_id,
@@ -203,9 +213,16 @@ def usage_reprice(
     _reprice_storage(since=since, until=until, tenant=tenant, result=result)
     with transaction.atomic():
         audit_record(
-            actor=actor, action="billing.usage.reprice", tenant=tenant,
-            target_type="usage", target_id=tenant.slug if tenant else "all-tenants",
-            details={"since": since.isoformat(), "until": until.isoformat() if until else None,
-                     "finished_at": timezone.now().isoformat(), **asdict(result)},
-        )  # fmt: skip
+            actor=actor,
+            action="billing.usage.reprice",
+            tenant=tenant,
+            target_type="usage",
+            target_id=tenant.slug if tenant else "all-tenants",
+            details={
+                "since": since.isoformat(),
+                "until": until.isoformat() if until else None,
+                "finished_at": timezone.now().isoformat(),
+                **asdict(result),
+            },
+        )
     return result

@@ -102,14 +102,30 @@ def storage_accrue(
             with connection.cursor() as cursor:
                 cursor.execute(
                     _UPSERT_SQL,
-                    [tenant.pk, cache_id, provider, model, pool, tokens, bucket, piece_from,
-                     piece_to, None, None, 0],
-                )  # fmt: skip
+                    [
+                        tenant.pk,
+                        cache_id,
+                        provider,
+                        model,
+                        pool,
+                        tokens,
+                        bucket,
+                        piece_from,
+                        piece_to,
+                        None,
+                        None,
+                        0,
+                    ],
+                )
                 row_id, covered_from, covered_to = cursor.fetchone()
             micros, price_id, pool_price_id = storage_cost_for(
-                provider=provider, model=model, pool=pool, tokens=tokens,
-                start=covered_from, end=covered_to,
-            )  # fmt: skip
+                provider=provider,
+                model=model,
+                pool=pool,
+                tokens=tokens,
+                start=covered_from,
+                end=covered_to,
+            )
             StorageAccrual.objects.filter(pk=row_id).update(
                 cost_micros=micros, price_version_id=price_id, pool_price_id=pool_price_id
             )

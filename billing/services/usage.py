@@ -132,9 +132,12 @@ def usage_message(
 ) -> bytes:
     """Validate one request's usage and encode it for the queue (no I/O)."""
     counts = UsageCounts(
-        prompt_tokens, cached_read_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
+        prompt_tokens,
+        cached_read_tokens,
+        cache_write_5m_tokens,
+        cache_write_1h_tokens,
         output_tokens,
-    )  # fmt: skip
+    )
     problems = counts.problems()
     if any(v >= 2**31 for v in (prompt_tokens, output_tokens) if isinstance(v, int)):
         problems.append("token counts must be below 2^31")
@@ -156,18 +159,30 @@ def usage_message(
     at_us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     return _encoder.encode(
         _Message(
-            str(tenant.pk), request_id, at_us, provider, model, worker, pool,
+            str(tenant.pk),
+            request_id,
+            at_us,
+            provider,
+            model,
+            worker,
+            pool,
             _optional_uuid("api_key_id", api_key_id),
             _optional_uuid("principal_id", principal_id),
             None if cache_id is None else str(cache_id),
-            prompt_tokens, cached_read_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
-            output_tokens, _optional_ms("ttft_ms", ttft_ms),
-            _optional_ms("latency_ms", latency_ms), str(status), bool(stream),
+            prompt_tokens,
+            cached_read_tokens,
+            cache_write_5m_tokens,
+            cache_write_1h_tokens,
+            output_tokens,
+            _optional_ms("ttft_ms", ttft_ms),
+            _optional_ms("latency_ms", latency_ms),
+            str(status),
+            bool(stream),
         )
-    )  # fmt: skip
+    )
 
 
-def usage_record(**kwargs) -> None:  # noqa: ANN003 - same keywords as usage_message
+def usage_record(**kwargs) -> None:
     """Append one request's usage to the ledger queue (one Redis RPUSH, no SQL).
 
     Keyword-only, the arguments of :func:`usage_message`. Raises InvalidUsage for counts
@@ -202,15 +217,30 @@ class FlushResult:
 # in one statement. Ids travel as text and are cast here (binary COPY would need uuid
 # objects); ON COMMIT DELETE ROWS empties the stage with the transaction.
 _STAGE_COLUMNS = (
-    ("tenant_id", "text"), ("request_id", "text"), ("occurred_at", "timestamptz"),
-    ("provider", "text"), ("model", "text"), ("worker", "text"), ("pool", "text"),
-    ("api_key_id", "text"), ("principal_id", "text"), ("cache_id", "text"),
-    ("prompt_tokens", "int4"), ("cached_read_tokens", "int4"),
-    ("cache_write_5m_tokens", "int4"), ("cache_write_1h_tokens", "int4"),
-    ("output_tokens", "int4"), ("ttft_ms", "int4"), ("latency_ms", "int4"),
-    ("status", "text"), ("stream", "bool"), ("price_version_id", "int8"),
-    ("pool_price_id", "int8"), ("cost_micros", "int8"), ("cost_without_cache_micros", "int8"),
-)  # fmt: skip
+    ("tenant_id", "text"),
+    ("request_id", "text"),
+    ("occurred_at", "timestamptz"),
+    ("provider", "text"),
+    ("model", "text"),
+    ("worker", "text"),
+    ("pool", "text"),
+    ("api_key_id", "text"),
+    ("principal_id", "text"),
+    ("cache_id", "text"),
+    ("prompt_tokens", "int4"),
+    ("cached_read_tokens", "int4"),
+    ("cache_write_5m_tokens", "int4"),
+    ("cache_write_1h_tokens", "int4"),
+    ("output_tokens", "int4"),
+    ("ttft_ms", "int4"),
+    ("latency_ms", "int4"),
+    ("status", "text"),
+    ("stream", "bool"),
+    ("price_version_id", "int8"),
+    ("pool_price_id", "int8"),
+    ("cost_micros", "int8"),
+    ("cost_without_cache_micros", "int8"),
+)
 _STAGE_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS billing_usage_stage ("
     + ", ".join(f"{name} {kind}" for name, kind in _STAGE_COLUMNS)
@@ -279,12 +309,15 @@ SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM roll)
 
 def price_row(
     index: PriceIndex, m: _Message, at: datetime
-) -> tuple[int | None, int | None, Cost | None]:  # noqa: E501
+) -> tuple[int | None, int | None, Cost | None]:
     """(model price id, pool price id, cost) of one message, or Nones when unpriced."""
     counts = UsageCounts(
-        m.prompt_tokens, m.cached_read_tokens, m.cache_write_5m_tokens,
-        m.cache_write_1h_tokens, m.output_tokens,
-    )  # fmt: skip
+        m.prompt_tokens,
+        m.cached_read_tokens,
+        m.cache_write_5m_tokens,
+        m.cache_write_1h_tokens,
+        m.output_tokens,
+    )
     if m.provider == Provider.VLLM:
         pool_price = index.pool_price(m.pool, at) if m.pool else None
         if pool_price is None:
@@ -308,12 +341,30 @@ def _write_batch(messages: list[_Message], result: FlushResult) -> None:
         if cost is None:
             result.unpriced += 1
         values = (
-            m.tenant_id, m.request_id, at, m.provider, m.model, m.worker, m.pool, m.api_key_id,
-            m.principal_id, m.cache_id, m.prompt_tokens, m.cached_read_tokens,
-            m.cache_write_5m_tokens, m.cache_write_1h_tokens, m.output_tokens, m.ttft_ms,
-            m.latency_ms, m.status, m.stream, price_id, pool_price_id,
-            cost.micros if cost else 0, cost.without_cache_micros if cost else 0,
-        )  # fmt: skip
+            m.tenant_id,
+            m.request_id,
+            at,
+            m.provider,
+            m.model,
+            m.worker,
+            m.pool,
+            m.api_key_id,
+            m.principal_id,
+            m.cache_id,
+            m.prompt_tokens,
+            m.cached_read_tokens,
+            m.cache_write_5m_tokens,
+            m.cache_write_1h_tokens,
+            m.output_tokens,
+            m.ttft_ms,
+            m.latency_ms,
+            m.status,
+            m.stream,
+            price_id,
+            pool_price_id,
+            cost.micros if cost else 0,
+            cost.without_cache_micros if cost else 0,
+        )
         rows.append(values)
     with transaction.atomic():
         connection.ensure_connection()

@@ -41,12 +41,15 @@ class CacheCreateInput(serializers.Serializer):
     model = serializers.CharField(max_length=200)
     content = ContentInput()
     ttl_seconds = serializers.IntegerField(required=False)
-    ttl_policy = serializers.ChoiceField(choices=TtlPolicy.choices, required=False,
-                                         default=TtlPolicy.FIXED)  # fmt: skip
-    replication_factor = serializers.IntegerField(required=False, default=1, min_value=1,
-                                                  max_value=8)  # fmt: skip
-    prewarm_cron = serializers.CharField(required=False, allow_blank=True, max_length=100,
-                                         default="")  # fmt: skip
+    ttl_policy = serializers.ChoiceField(
+        choices=TtlPolicy.choices, required=False, default=TtlPolicy.FIXED
+    )
+    replication_factor = serializers.IntegerField(
+        required=False, default=1, min_value=1, max_value=8
+    )
+    prewarm_cron = serializers.CharField(
+        required=False, allow_blank=True, max_length=100, default=""
+    )
 
 
 class CacheExtendInput(serializers.Serializer):
@@ -79,12 +82,31 @@ class CacheOut(serializers.ModelSerializer):
     class Meta:
         model = CacheObject
         fields = [
-            "id", "name", "provider", "model", "content_digest", "token_count", "ttl_policy",
-            "ttl_seconds", "expire_at", "state", "state_changed_at", "last_error",
-            "last_error_code", "remote_name", "placement", "replication_factor",
-            "prewarm_cron", "next_prewarm_at", "hit_count", "hit_tokens", "last_hit_at",
-            "created_at", "activated_at", "ended_at",
-        ]  # fmt: skip
+            "id",
+            "name",
+            "provider",
+            "model",
+            "content_digest",
+            "token_count",
+            "ttl_policy",
+            "ttl_seconds",
+            "expire_at",
+            "state",
+            "state_changed_at",
+            "last_error",
+            "last_error_code",
+            "remote_name",
+            "placement",
+            "replication_factor",
+            "prewarm_cron",
+            "next_prewarm_at",
+            "hit_count",
+            "hit_tokens",
+            "last_hit_at",
+            "created_at",
+            "activated_at",
+            "ended_at",
+        ]
         read_only_fields = fields
 
 
@@ -99,8 +121,18 @@ class OperationOut(serializers.ModelSerializer):
 
     class Meta:
         model = CacheOperation
-        fields = ["id", "cache", "kind", "status", "attempts", "error", "error_code",
-                  "created_at", "started_at", "finished_at"]  # fmt: skip
+        fields = [
+            "id",
+            "cache",
+            "kind",
+            "status",
+            "attempts",
+            "error",
+            "error_code",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
         read_only_fields = fields
 
 

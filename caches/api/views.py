@@ -18,9 +18,12 @@ from controlplane.api.tenancy import TenantScopedMixin
 from controlplane.api.validation import validated
 
 IDEMPOTENCY_HEADER = OpenApiParameter(
-    "Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
     description="Replaying a POST with the same key returns the original operation.",
-)  # fmt: skip
+)
 
 
 def _content_dict(data: dict) -> dict:
@@ -49,7 +52,7 @@ class CacheViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     }
     serializer_class = s.CacheOut
 
-    def _cache(self, cache_id: str):  # noqa: ANN202
+    def _cache(self, cache_id: str):
         cache = selectors.cache_get(tenant=self.tenant, cache_id=cache_id)
         if cache is None:
             raise CacheNotFound("No such cache.")
@@ -70,8 +73,12 @@ class CacheViewSet(TenantScopedMixin, viewsets.GenericViewSet):
             raise InvalidContent(f"Unknown state {state!r}.")
         if provider and provider not in Provider.values:
             raise InvalidContent(f"Unknown provider {provider!r}.")
-        qs = selectors.cache_list(tenant=self.tenant, state=state, provider=provider,
-                                  model=request.query_params.get("model"))  # fmt: skip
+        qs = selectors.cache_list(
+            tenant=self.tenant,
+            state=state,
+            provider=provider,
+            model=request.query_params.get("model"),
+        )
         page = self.paginate_queryset(qs)
         return self.get_paginated_response(s.CacheOut(page, many=True).data)
 
@@ -88,11 +95,15 @@ class CacheViewSet(TenantScopedMixin, viewsets.GenericViewSet):
         if key is not None and not 1 <= len(key) <= 200:
             raise InvalidContent("Idempotency-Key must be 1-200 characters.")
         spec = lifecycle.CacheSpec(
-            name=data["name"], provider=data["provider"], model=data["model"],
-            content=_content_dict(data["content"]), ttl_seconds=data.get("ttl_seconds"),
-            ttl_policy=data["ttl_policy"], replication_factor=data["replication_factor"],
+            name=data["name"],
+            provider=data["provider"],
+            model=data["model"],
+            content=_content_dict(data["content"]),
+            ttl_seconds=data.get("ttl_seconds"),
+            ttl_policy=data["ttl_policy"],
+            replication_factor=data["replication_factor"],
             prewarm_cron=data["prewarm_cron"],
-        )  # fmt: skip
+        )
         outcome = lifecycle.cache_create(
             tenant=self.tenant, actor=self.actor(), spec=spec, idempotency_key=key
         )
@@ -116,8 +127,9 @@ class CacheViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def extend(self, request: Request, tenant: str, pk: str) -> Response:
         data = validated(s.CacheExtendInput, request.data)
-        op = lifecycle.cache_extend_ttl(cache=self._cache(pk), actor=self.actor(),
-                                        ttl_seconds=data["ttl_seconds"])  # fmt: skip
+        op = lifecycle.cache_extend_ttl(
+            cache=self._cache(pk), actor=self.actor(), ttl_seconds=data["ttl_seconds"]
+        )
         return Response(s.OperationOut(op).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=s.CachePolicyInput, responses={200: s.CacheOut})
@@ -125,9 +137,12 @@ class CacheViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     def policy(self, request: Request, tenant: str, pk: str) -> Response:
         data = validated(s.CachePolicyInput, request.data)
         cache = lifecycle.cache_set_policy(
-            cache=self._cache(pk), actor=self.actor(), ttl_policy=data["ttl_policy"],
-            ttl_seconds=data.get("ttl_seconds"), prewarm_cron=data.get("prewarm_cron"),
-        )  # fmt: skip
+            cache=self._cache(pk),
+            actor=self.actor(),
+            ttl_policy=data["ttl_policy"],
+            ttl_seconds=data.get("ttl_seconds"),
+            prewarm_cron=data.get("prewarm_cron"),
+        )
         return Response(s.CacheOut(cache).data)
 
     @extend_schema(request=None, responses={202: s.OperationOut})

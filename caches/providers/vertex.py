@@ -125,8 +125,9 @@ def _translate(exc: Exception) -> Exception:
             )
         if exc.code in (401, 403):
             return PermanentProviderError(f"Vertex AI refused: {message}", code="provider_denied")
-        return PermanentProviderError(f"Vertex AI {exc.code} {exc.status}: {message}",
-                                      code="provider_rejected")  # fmt: skip
+        return PermanentProviderError(
+            f"Vertex AI {exc.code} {exc.status}: {message}", code="provider_rejected"
+        )
     if isinstance(exc, (httpx.TransportError, OSError)):
         return TransientProviderError(f"Vertex AI unreachable: {exc}")
     return exc
@@ -165,7 +166,7 @@ def _content_config(content: CacheContent) -> dict:
     return config
 
 
-def _remote_state(remote) -> RemoteState:  # noqa: ANN001 - types.CachedContent
+def _remote_state(remote) -> RemoteState:
     expire = remote.expire_time
     if expire is not None and expire.tzinfo is None:
         expire = expire.replace(tzinfo=UTC)
@@ -240,10 +241,10 @@ class VertexProvider:
         return found
 
     @staticmethod
-    def _call(fn):  # noqa: ANN001, ANN205
+    def _call(fn):
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 - translated below
+        except Exception as exc:
             translated = _translate(exc)
             if translated is exc:
                 raise

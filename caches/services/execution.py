@@ -61,8 +61,12 @@ def _claim(operation_id: str) -> CacheOperation | None:
         cache = CacheObject.objects.select_for_update().get(pk=op.cache_id)
         if op.kind == OperationKind.CREATE:
             if cache.state == CacheState.PENDING:
-                cache_transition(cache=cache, to_state=CacheState.CREATING, actor=SYSTEM,
-                                 reason=f"operation {op.pk}")  # fmt: skip
+                cache_transition(
+                    cache=cache,
+                    to_state=CacheState.CREATING,
+                    actor=SYSTEM,
+                    reason=f"operation {op.pk}",
+                )
             elif cache.state != CacheState.CREATING:
                 operation_finish(
                     op, OperationStatus.FAILED, "invalid_state", f"cache is {cache.state}"
@@ -70,8 +74,12 @@ def _claim(operation_id: str) -> CacheOperation | None:
                 return None
         elif op.kind == OperationKind.REFRESH:
             if cache.state == CacheState.ACTIVE:
-                cache_transition(cache=cache, to_state=CacheState.REFRESHING, actor=SYSTEM,
-                                 reason=op.params.get("reason", "refresh"))  # fmt: skip
+                cache_transition(
+                    cache=cache,
+                    to_state=CacheState.REFRESHING,
+                    actor=SYSTEM,
+                    reason=op.params.get("reason", "refresh"),
+                )
             elif cache.state != CacheState.REFRESHING:
                 operation_finish(
                     op, OperationStatus.FAILED, "invalid_state", f"cache is {cache.state}"
@@ -101,12 +109,22 @@ def _fail(op: CacheOperation, code: str, message: str) -> None:
     cache = CacheObject.objects.select_for_update().select_related("tenant").get(pk=op.cache_id)
     cache.last_error, cache.last_error_code = message[:2000], code
     if op.kind == OperationKind.CREATE and cache.state in (CacheState.PENDING, CacheState.CREATING):
-        cache_transition(cache=cache, to_state=CacheState.FAILED, actor=SYSTEM, reason=message,
-                         extra_fields=("last_error", "last_error_code"))  # fmt: skip
+        cache_transition(
+            cache=cache,
+            to_state=CacheState.FAILED,
+            actor=SYSTEM,
+            reason=message,
+            extra_fields=("last_error", "last_error_code"),
+        )
     elif op.kind == OperationKind.REFRESH and cache.state == CacheState.REFRESHING:
         to_state = CacheState.EXPIRED if code == "remote_gone" else CacheState.ACTIVE
-        cache_transition(cache=cache, to_state=to_state, actor=SYSTEM, reason=message,
-                         extra_fields=("last_error", "last_error_code"))  # fmt: skip
+        cache_transition(
+            cache=cache,
+            to_state=to_state,
+            actor=SYSTEM,
+            reason=message,
+            extra_fields=("last_error", "last_error_code"),
+        )
     else:
         cache.save(update_fields=["last_error", "last_error_code", "updated_at"])
 
@@ -169,24 +187,35 @@ def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
         if cache.prewarm_cron and (cache.next_prewarm_at is None or cache.next_prewarm_at <= now):
             cache.next_prewarm_at = next_cron_time(cache.prewarm_cron, now)
         fields = [
-            "remote_name", "token_count", "placement", "ttl_seconds", "expire_at",
-            "last_error", "last_error_code", "next_refresh_at", "next_prewarm_at",
-        ]  # fmt: skip
+            "remote_name",
+            "token_count",
+            "placement",
+            "ttl_seconds",
+            "expire_at",
+            "last_error",
+            "last_error_code",
+            "next_refresh_at",
+            "next_prewarm_at",
+        ]
         if op.kind == OperationKind.CREATE:
             cache.activated_at = now
             fields.append("activated_at")
         reason = f"{op.kind} succeeded"
         if remote.cached_tokens is not None:
             reason += f" (resident: {remote.cached_tokens} cached tokens)"
-        cache_transition(cache=cache, to_state=CacheState.ACTIVE, actor=SYSTEM, reason=reason,
-                         extra_fields=tuple(fields))  # fmt: skip
+        cache_transition(
+            cache=cache,
+            to_state=CacheState.ACTIVE,
+            actor=SYSTEM,
+            reason=reason,
+            extra_fields=tuple(fields),
+        )
     else:
-        cache_transition(cache=cache, to_state=CacheState.EVICTED, actor=SYSTEM,
-                         reason="evicted")  # fmt: skip
+        cache_transition(cache=cache, to_state=CacheState.EVICTED, actor=SYSTEM, reason="evicted")
     operation_finish(op, OperationStatus.SUCCEEDED)
 
 
-def next_refresh_time(cache: CacheObject, now):  # noqa: ANN001, ANN201
+def next_refresh_time(cache: CacheObject, now):
     """When the scheduler should look at this cache again.
 
     vLLM caches are re-probed every pin interval (keeping blocks recently used so LRU

@@ -26,7 +26,7 @@ def cache_hits_flush() -> int:
     batch_key = f"{CACHE_HITS_KEY}:flush:{uuid.uuid4().hex}"
     try:
         client.rename(CACHE_HITS_KEY, batch_key)
-    except Exception as exc:  # noqa: BLE001 - "no such key": nothing to flush
+    except Exception as exc:
         if "no such key" in str(exc).lower():
             return 0
         raise
@@ -42,14 +42,23 @@ def cache_hits_flush() -> int:
         for cache in caches:
             hits = counts[str(cache.pk)]
             cache.query_rate_ewma = ewma_update(
-                rate_per_hour=cache.query_rate_ewma, last_at=cache.last_hit_at, now=now,
+                rate_per_hour=cache.query_rate_ewma,
+                last_at=cache.last_hit_at,
+                now=now,
                 hits=hits["count"],
-            )  # fmt: skip
+            )
             cache.hit_count += hits["count"]
             cache.hit_tokens += hits["tokens"]
             cache.last_hit_at = now
-            cache.save(update_fields=["hit_count", "hit_tokens", "last_hit_at", "query_rate_ewma",
-                                      "updated_at"])  # fmt: skip
+            cache.save(
+                update_fields=[
+                    "hit_count",
+                    "hit_tokens",
+                    "last_hit_at",
+                    "query_rate_ewma",
+                    "updated_at",
+                ]
+            )
             updated += 1
     client.delete(batch_key)
     return updated

@@ -94,7 +94,7 @@ def validate_cron(expression: str) -> str:
     return expression
 
 
-def next_cron_time(expression: str, after=None):  # noqa: ANN001, ANN201
+def next_cron_time(expression: str, after=None):
     if not expression:
         return None
     return croniter(expression, after or timezone.now()).get_next(type(timezone.now()))
@@ -217,9 +217,12 @@ def cache_create(
                 created_by=actor.principal,
             )
             operation = CacheOperation.objects.create(
-                tenant=tenant, cache=cache, kind=OperationKind.CREATE,
-                idempotency_key=idempotency_key or None, requested_by=actor.principal,
-            )  # fmt: skip
+                tenant=tenant,
+                cache=cache,
+                kind=OperationKind.CREATE,
+                idempotency_key=idempotency_key or None,
+                requested_by=actor.principal,
+            )
             audit_record(
                 actor=actor,
                 action="caches.cache.create",
@@ -253,7 +256,7 @@ def _reserve_storage(
     content: CacheContent,
     ttl: int,
     cache_id: uuid.UUID,
-):  # noqa: ANN202 - a BudgetReservation or None
+):
     """Hold the storage cost of the requested TTL on the tenant's budgets (402 if over).
 
     Unpriced models (and vLLM pools without a GPU price) hold nothing.
@@ -268,10 +271,15 @@ def _reserve_storage(
     )
     try:
         reservation = budget_reserve_cache_storage(
-            tenant=tenant, principal=actor.principal, request_id=f"cache:{cache_id}",
-            provider=spec.provider, model=spec.model, tokens=tokens,
-            ttl=timedelta(seconds=ttl), actor=actor,
-        )  # fmt: skip
+            tenant=tenant,
+            principal=actor.principal,
+            request_id=f"cache:{cache_id}",
+            provider=spec.provider,
+            model=spec.model,
+            tokens=tokens,
+            ttl=timedelta(seconds=ttl),
+            actor=actor,
+        )
     except PriceNotFound:
         return None
     return None if reservation._state.adding else reservation
@@ -279,9 +287,12 @@ def _reserve_storage(
 
 def _live_duplicate(tenant: Tenant, spec: CacheSpec, digest: str) -> CacheOperation | None:
     cache = CacheObject.objects.filter(
-        tenant=tenant, provider=spec.provider, model=spec.model, content_digest=digest,
+        tenant=tenant,
+        provider=spec.provider,
+        model=spec.model,
+        content_digest=digest,
         state__in=LIVE_STATES,
-    ).first()  # fmt: skip
+    ).first()
     if cache is None:
         if CacheObject.objects.filter(
             tenant=tenant, name=spec.name, state__in=LIVE_STATES
@@ -303,24 +314,33 @@ def cache_extend_ttl(*, cache: CacheObject, actor: Actor, ttl_seconds: int) -> C
         if cache.state != CacheState.ACTIVE:
             raise InvalidState(f"Only active caches can be extended (this one is {cache.state}).")
         operation = CacheOperation.objects.create(
-            tenant_id=cache.tenant_id, cache=cache, kind=OperationKind.REFRESH,
+            tenant_id=cache.tenant_id,
+            cache=cache,
+            kind=OperationKind.REFRESH,
             params={"ttl_seconds": ttl_seconds, "reason": "extend"},
             requested_by=actor.principal,
-        )  # fmt: skip
+        )
         audit_record(
-            actor=actor, action="caches.cache.extend_ttl", tenant=cache.tenant,
-            target_type="cache", target_id=str(cache.pk),
+            actor=actor,
+            action="caches.cache.extend_ttl",
+            tenant=cache.tenant,
+            target_type="cache",
+            target_id=str(cache.pk),
             changes={"ttl_seconds": {"before": cache.ttl_seconds, "after": ttl_seconds}},
             details={"operation": str(operation.pk)},
-        )  # fmt: skip
+        )
         operation_enqueue(operation)
     return operation
 
 
 def cache_set_policy(
-    *, cache: CacheObject, actor: Actor, ttl_policy: str, ttl_seconds: int | None = None,
+    *,
+    cache: CacheObject,
+    actor: Actor,
+    ttl_policy: str,
+    ttl_seconds: int | None = None,
     prewarm_cron: str | None = None,
-) -> CacheObject:  # fmt: skip
+) -> CacheObject:
     """Change the TTL policy (and optionally the TTL length and pre-warm schedule)."""
     if ttl_policy not in TtlPolicy.values:
         raise InvalidTtl(f"Unknown TTL policy {ttl_policy!r}.")
@@ -332,24 +352,41 @@ def cache_set_policy(
         cache = _locked(cache)
         if cache.state not in LIVE_STATES:
             raise InvalidState(f"The cache is {cache.state}; its policy can no longer change.")
-        before = {"ttl_policy": cache.ttl_policy, "ttl_seconds": cache.ttl_seconds,
-                  "prewarm_cron": cache.prewarm_cron}  # fmt: skip
+        before = {
+            "ttl_policy": cache.ttl_policy,
+            "ttl_seconds": cache.ttl_seconds,
+            "prewarm_cron": cache.prewarm_cron,
+        }
         cache.ttl_policy = ttl_policy
         if ttl_seconds is not None:
             cache.ttl_seconds = ttl_seconds
         if prewarm_cron is not None:
             cache.prewarm_cron = prewarm_cron
             cache.next_prewarm_at = next_cron_time(prewarm_cron)
-        cache.save(update_fields=["ttl_policy", "ttl_seconds", "prewarm_cron",
-                                  "next_prewarm_at", "updated_at"])  # fmt: skip
-        after = {"ttl_policy": cache.ttl_policy, "ttl_seconds": cache.ttl_seconds,
-                 "prewarm_cron": cache.prewarm_cron}  # fmt: skip
+        cache.save(
+            update_fields=[
+                "ttl_policy",
+                "ttl_seconds",
+                "prewarm_cron",
+                "next_prewarm_at",
+                "updated_at",
+            ]
+        )
+        after = {
+            "ttl_policy": cache.ttl_policy,
+            "ttl_seconds": cache.ttl_seconds,
+            "prewarm_cron": cache.prewarm_cron,
+        }
         audit_record(
-            actor=actor, action="caches.cache.set_policy", tenant=cache.tenant,
-            target_type="cache", target_id=str(cache.pk),
-            changes={k: {"before": before[k], "after": after[k]} for k in before
-                     if before[k] != after[k]},
-        )  # fmt: skip
+            actor=actor,
+            action="caches.cache.set_policy",
+            tenant=cache.tenant,
+            target_type="cache",
+            target_id=str(cache.pk),
+            changes={
+                k: {"before": before[k], "after": after[k]} for k in before if before[k] != after[k]
+            },
+        )
     return cache
 
 
@@ -362,11 +399,14 @@ def cache_evict(*, cache: CacheObject, actor: Actor) -> CacheOperation:
         if cache.state not in LIVE_STATES:
             raise InvalidState(f"The cache is already {cache.state}.")
         operation = CacheOperation.objects.create(
-            tenant_id=cache.tenant_id, cache=cache, kind=OperationKind.EVICT,
+            tenant_id=cache.tenant_id,
+            cache=cache,
+            kind=OperationKind.EVICT,
             requested_by=actor.principal,
-        )  # fmt: skip
-        cache_transition(cache=cache, to_state=CacheState.EVICTING, actor=actor,
-                         reason="evict requested")  # fmt: skip
+        )
+        cache_transition(
+            cache=cache, to_state=CacheState.EVICTING, actor=actor, reason="evict requested"
+        )
         operation_enqueue(operation)
     return operation
 

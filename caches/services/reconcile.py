@@ -76,8 +76,16 @@ def reconcile_vertex_scope(*, project: str, location: str) -> ReconcileRun:
     remote = {listing.display_name: listing for listing in provider.list_ours()}
     records = CacheObject.objects.filter(
         provider=Provider.VERTEX, vertex_project=project, vertex_location=location
-    ).filter(Q(state__in=[CacheState.ACTIVE, CacheState.REFRESHING, CacheState.CREATING,
-                          CacheState.PENDING]))  # fmt: skip
+    ).filter(
+        Q(
+            state__in=[
+                CacheState.ACTIVE,
+                CacheState.REFRESHING,
+                CacheState.CREATING,
+                CacheState.PENDING,
+            ]
+        )
+    )
     claimed: set[str] = set()
     for cache in records.iterator():
         run.checked += 1
@@ -107,9 +115,13 @@ def reconcile_vertex_scope(*, project: str, location: str) -> ReconcileRun:
     if run.expired or run.adopted or run.errors:
         logger.warning(
             "vertex drift",
-            extra={"scope": run.scope, "expired": run.expired, "adopted": run.adopted,
-                   "orphans": len(run.errors)},
-        )  # fmt: skip
+            extra={
+                "scope": run.scope,
+                "expired": run.expired,
+                "adopted": run.adopted,
+                "orphans": len(run.errors),
+            },
+        )
     return run
 
 
@@ -118,10 +130,10 @@ def _expire(cache: CacheObject, reason: str) -> int:
         locked = CacheObject.objects.select_for_update().select_related("tenant").get(pk=cache.pk)
         if locked.state not in (CacheState.ACTIVE, CacheState.REFRESHING):
             return 0
-        cache_transition(cache=locked, to_state=CacheState.EXPIRED, actor=RECONCILER,
-                         reason=reason)  # fmt: skip
-        for op in locked.operations.filter(status__in=[OperationStatus.PENDING,
-                                                       OperationStatus.RUNNING]):  # fmt: skip
+        cache_transition(cache=locked, to_state=CacheState.EXPIRED, actor=RECONCILER, reason=reason)
+        for op in locked.operations.filter(
+            status__in=[OperationStatus.PENDING, OperationStatus.RUNNING]
+        ):
             operation_finish(op, OperationStatus.FAILED, "remote_gone", reason)
     return 1
 
@@ -138,22 +150,26 @@ def _adopt(cache: CacheObject, provider: VertexProvider) -> int:
                 cache=cache,
                 kind=OperationKind.CREATE,
                 status__in=[OperationStatus.PENDING, OperationStatus.RUNNING],
-            )  # fmt: skip
+            )
             .first()
         )
         if op is None:
             return 0
         locked = CacheObject.objects.select_for_update().get(pk=cache.pk)
         if locked.state == CacheState.PENDING:
-            cache_transition(cache=locked, to_state=CacheState.CREATING, actor=RECONCILER,
-                             reason="adopting the remote cache")  # fmt: skip
+            cache_transition(
+                cache=locked,
+                to_state=CacheState.CREATING,
+                actor=RECONCILER,
+                reason="adopting the remote cache",
+            )
         op.status = OperationStatus.RUNNING
         op.save(update_fields=["status"])
         operation_apply_success(op, found)
     return 1
 
 
-def operations_requeue_stuck(*, now=None) -> int:  # noqa: ANN001
+def operations_requeue_stuck(*, now=None) -> int:
     """Re-enqueue open operations whose lease lapsed or that never started."""
     now = now or timezone.now()
     stale_pending = now - timedelta(seconds=settings.CACHEPLANE_OPERATION_LEASE_SECONDS)

@@ -38,8 +38,9 @@ def cache_expire_due(*, now: datetime | None = None, limit: int | None = None) -
         for cache in due:
             # Vertex garbage-collects expired caches itself; vLLM blocks simply stop being
             # pinned. Either way the record is now the truth: expired.
-            cache_transition(cache=cache, to_state=CacheState.EXPIRED, actor=SCHEDULER,
-                             reason="TTL elapsed")  # fmt: skip
+            cache_transition(
+                cache=cache, to_state=CacheState.EXPIRED, actor=SCHEDULER, reason="TTL elapsed"
+            )
     return len(due)
 
 
@@ -88,8 +89,10 @@ def cache_enqueue_due_refreshes(*, now: datetime | None = None, limit: int | Non
                 continue  # left to expire at expire_at
             reason = "pre-warm" if prewarm else "scheduled refresh"
             operation = CacheOperation.objects.create(
-                tenant_id=cache.tenant_id, cache=cache, kind=OperationKind.REFRESH,
+                tenant_id=cache.tenant_id,
+                cache=cache,
+                kind=OperationKind.REFRESH,
                 params={"ttl_seconds": cache.ttl_seconds, "reason": reason},
-            )  # fmt: skip
+            )
             operation_enqueue(operation)
     return handled

@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 LOOKBACK = timedelta(hours=2)  # covers a missed run or two without rescanning history
 
 
-def cache_storage_accrue_recent(*, now=None, limit: int = 5000) -> int:  # noqa: ANN001
+def cache_storage_accrue_recent(*, now=None, limit: int = 5000) -> int:
     """Accrue storage for caches that were live during the last LOOKBACK; returns rows."""
     now = now or timezone.now()
     since = now - LOOKBACK
@@ -32,7 +32,7 @@ def cache_storage_accrue_recent(*, now=None, limit: int = 5000) -> int:  # noqa:
         .filter(
             Q(state__in=[CacheState.ACTIVE, CacheState.REFRESHING, CacheState.EVICTING])
             | Q(ended_at__gte=since)
-        )  # fmt: skip
+        )
         .order_by("tenant_id", "activated_at")[:limit]
     )
     rows = 0
@@ -42,10 +42,17 @@ def cache_storage_accrue_recent(*, now=None, limit: int = 5000) -> int:  # noqa:
         if end <= start:
             continue
         try:
-            rows += len(storage_accrue(
-                tenant=cache.tenant, cache_id=str(cache.pk), provider=cache.provider,
-                model=cache.model, tokens=int(cache.token_count), start=start, end=end,
-            ))  # fmt: skip
+            rows += len(
+                storage_accrue(
+                    tenant=cache.tenant,
+                    cache_id=str(cache.pk),
+                    provider=cache.provider,
+                    model=cache.model,
+                    tokens=int(cache.token_count),
+                    start=start,
+                    end=end,
+                )
+            )
         except PriceNotFound:
             logger.info("no storage price", extra={"cache": str(cache.pk), "model": cache.model})
     return rows

@@ -16,9 +16,13 @@ class IllegalTransition(RuntimeError):
 
 
 def cache_transition(
-    *, cache: CacheObject, to_state: str, actor: Actor, reason: str = "",
+    *,
+    cache: CacheObject,
+    to_state: str,
+    actor: Actor,
+    reason: str = "",
     extra_fields: tuple[str, ...] = (),
-) -> CacheObject:  # fmt: skip
+) -> CacheObject:
     """Move ``cache`` (locked by the caller) to ``to_state`` and save the given fields."""
     from_state = cache.state
     if to_state not in TRANSITIONS[from_state]:
@@ -34,9 +38,12 @@ def cache_transition(
     cache.save(update_fields=sorted(fields))
     if from_state != to_state:
         CacheTransition.objects.create(
-            tenant_id=cache.tenant_id, cache=cache, from_state=from_state, to_state=to_state,
+            tenant_id=cache.tenant_id,
+            cache=cache,
+            from_state=from_state,
+            to_state=to_state,
             reason=reason[:300],
-        )  # fmt: skip
+        )
     audit_record(
         actor=actor,
         action=f"caches.cache.{to_state}" if from_state != to_state else "caches.cache.update",
@@ -49,9 +56,14 @@ def cache_transition(
     publish_on_commit(
         tenant_group(cache.tenant_id, "caches"),
         "caches.cache.state",
-        {"id": str(cache.pk), "name": cache.name, "state": to_state, "from": from_state,
-         "expire_at": cache.expire_at.isoformat() if cache.expire_at else None},
-    )  # fmt: skip
+        {
+            "id": str(cache.pk),
+            "name": cache.name,
+            "state": to_state,
+            "from": from_state,
+            "expire_at": cache.expire_at.isoformat() if cache.expire_at else None,
+        },
+    )
     return cache
 
 

@@ -55,7 +55,7 @@ class ApiKeyAuthentication(BaseAuthentication):
 
     keyword = b"bearer"
 
-    def authenticate(self, request: Request):  # noqa: ANN201 - DRF contract
+    def authenticate(self, request: Request):
         header = get_authorization_header(request).split()
         if not header or header[0].lower() != self.keyword:
             return None
@@ -87,7 +87,7 @@ try:  # Documents the scheme in the OpenAPI schema.
         target_class = "controlplane.api.authentication.ApiKeyAuthentication"
         name = "apiKey"
 
-        def get_security_definition(self, auto_schema):  # noqa: ANN001, ANN201
+        def get_security_definition(self, auto_schema):
             return {
                 "type": "http",
                 "scheme": "bearer",

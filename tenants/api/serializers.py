@@ -11,9 +11,15 @@ class TenantOut(serializers.ModelSerializer):
     class Meta:
         model = Tenant
         fields = [
-            "id", "slug", "display_name", "state", "cache_salt_version", "created_at",
-            "updated_at", "suspended_at",
-        ]  # fmt: skip
+            "id",
+            "slug",
+            "display_name",
+            "state",
+            "cache_salt_version",
+            "created_at",
+            "updated_at",
+            "suspended_at",
+        ]
         read_only_fields = fields
 
 
@@ -44,9 +50,12 @@ class HumanCreateInput(serializers.Serializer):
     username = serializers.RegexField(r"^[A-Za-z0-9@.+_-]{3,150}$", max_length=150)
     email = serializers.EmailField(required=False, allow_blank=True)
     password = serializers.CharField(
-        min_length=12, max_length=200, write_only=True, required=False,
+        min_length=12,
+        max_length=200,
+        write_only=True,
+        required=False,
         help_text="Omit for a principal that logs in only after a password is set.",
-    )  # fmt: skip
+    )
 
 
 class ServiceAccountCreateInput(serializers.Serializer):
@@ -119,18 +128,26 @@ class ApiKeyOut(serializers.ModelSerializer):
     class Meta:
         model = ApiKey
         fields = [
-            "id", "name", "prefix", "principal", "principal_name", "created_at", "expires_at",
-            "revoked_at", "last_used_at",
-        ]  # fmt: skip
+            "id",
+            "name",
+            "prefix",
+            "principal",
+            "principal_name",
+            "created_at",
+            "expires_at",
+            "revoked_at",
+            "last_used_at",
+        ]
         read_only_fields = fields
 
 
 class ApiKeyCreateInput(serializers.Serializer):
     name = serializers.CharField(max_length=100)
     principal = serializers.UUIDField(
-        required=False, allow_null=True,
+        required=False,
+        allow_null=True,
         help_text="A service account of this tenant; omit for a key of your own.",
-    )  # fmt: skip
+    )
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
 
 

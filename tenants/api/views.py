@@ -58,7 +58,7 @@ class PlatformTenantViewSet(PlatformMixin, viewsets.GenericViewSet):
     serializer_class = s.TenantOut
     pagination_class = _BySlug
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.tenant_list_all_tenants()
 
     def list(self, request: Request) -> Response:
@@ -102,9 +102,11 @@ class PlatformTenantViewSet(PlatformMixin, viewsets.GenericViewSet):
     def _set_state(self, request: Request, state: str) -> Response:
         data = validated(s.TenantStateInput, request.data)
         tenant = tenant_services.tenant_set_state(
-            actor=self.actor(), tenant=self.get_object(), state=state,
+            actor=self.actor(),
+            tenant=self.get_object(),
+            state=state,
             reason=data.get("reason", ""),
-        )  # fmt: skip
+        )
         return Response(s.TenantOut(tenant).data)
 
 
@@ -117,7 +119,7 @@ class PlatformPrincipalViewSet(PlatformMixin, viewsets.GenericViewSet):
     serializer_class = s.PrincipalOut
     pagination_class = _ByDateJoined
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.principal_list_humans_all_tenants()
 
     def list(self, request: Request) -> Response:
@@ -128,9 +130,11 @@ class PlatformPrincipalViewSet(PlatformMixin, viewsets.GenericViewSet):
     def create(self, request: Request) -> Response:
         data = validated(s.HumanCreateInput, request.data)
         principal = tenant_services.human_principal_create(
-            actor=self.actor(), username=data["username"], password=data.get("password"),
+            actor=self.actor(),
+            username=data["username"],
+            password=data.get("password"),
             email=data.get("email", ""),
-        )  # fmt: skip
+        )
         return Response(s.PrincipalOut(principal).data, status=status.HTTP_201_CREATED)
 
 
@@ -175,10 +179,11 @@ class PolicyViewSet(TenantScopedMixin, viewsets.GenericViewSet):
         data = validated(s.PolicySetInput, request.data)
         etag = request.headers.get("If-Match") or data["etag"]
         specs = [
-            iam.BindingSpec(role=b["role"], principal_id=str(b["principal"]),
-                            expires_at=b.get("expires_at"))
+            iam.BindingSpec(
+                role=b["role"], principal_id=str(b["principal"]), expires_at=b.get("expires_at")
+            )
             for b in data["bindings"]
-        ]  # fmt: skip
+        ]
         policy = iam.policy_set(actor=self.actor(), tenant=self.tenant, etag=etag, bindings=specs)
         return Response(_policy_out(policy))
 
@@ -206,7 +211,7 @@ class RoleViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     serializer_class = s.RoleOut
     pagination_class = _ByName
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.role_list(tenant=self.tenant)
 
     def list(self, request: Request, tenant: str) -> Response:
@@ -217,9 +222,13 @@ class RoleViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     def create(self, request: Request, tenant: str) -> Response:
         data = validated(s.RoleCreateInput, request.data)
         role = iam.role_create(
-            actor=self.actor(), tenant=self.tenant, name=data["name"], title=data["title"],
-            permissions=data["permissions"], description=data.get("description", ""),
-        )  # fmt: skip
+            actor=self.actor(),
+            tenant=self.tenant,
+            name=data["name"],
+            title=data["title"],
+            permissions=data["permissions"],
+            description=data.get("description", ""),
+        )
         return Response(s.RoleOut(role).data, status=status.HTTP_201_CREATED)
 
 
@@ -232,7 +241,7 @@ class ServiceAccountViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     serializer_class = s.PrincipalOut
     pagination_class = _ByDateJoined
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.service_account_list(tenant=self.tenant)
 
     def list(self, request: Request, tenant: str) -> Response:
@@ -243,9 +252,11 @@ class ServiceAccountViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     def create(self, request: Request, tenant: str) -> Response:
         data = validated(s.ServiceAccountCreateInput, request.data)
         principal = iam.service_account_create(
-            actor=self.actor(), tenant=self.tenant, name=data["name"],
+            actor=self.actor(),
+            tenant=self.tenant,
+            name=data["name"],
             description=data.get("description", ""),
-        )  # fmt: skip
+        )
         return Response(s.PrincipalOut(principal).data, status=status.HTTP_201_CREATED)
 
 
@@ -257,7 +268,7 @@ class ApiKeyViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     action_permissions = {"list": "iam.get", "create": "keys.create", "revoke": "keys.revoke"}
     serializer_class = s.ApiKeyOut
 
-    def get_queryset(self):  # noqa: ANN201
+    def get_queryset(self):
         return selectors.api_key_list(tenant=self.tenant)
 
     def list(self, request: Request, tenant: str) -> Response:
@@ -277,9 +288,12 @@ class ApiKeyViewSet(TenantScopedMixin, viewsets.GenericViewSet):
             if holder is None:
                 raise iam.UnknownPrincipal(f"Unknown principal {data['principal']}.")
         issued = keys.api_key_create(
-            actor=self.actor(), tenant=self.tenant, name=data["name"], principal=holder,
+            actor=self.actor(),
+            tenant=self.tenant,
+            name=data["name"],
+            principal=holder,
             expires_at=data.get("expires_at"),
-        )  # fmt: skip
+        )
         body = dict(s.ApiKeyOut(issued.key).data)
         body["key"] = issued.plaintext
         response = Response(body, status=status.HTTP_201_CREATED)

@@ -31,7 +31,7 @@ def record_events(tenant, principal, count: int, *, prefix: str = "tests.thing")
             key_id="k-123",
             source_ip="10.0.0.7",
             user_agent="=cmd|' /C calc'!A0",
-        ),  # fmt: skip
+        ),
         Actor(principal=None, auth_method="anonymous", source_ip="203.0.113.9", user_agent=""),
     ]
     verbs = ["create", "get", "update", "delete", "rotate", "poke"]

@@ -74,8 +74,11 @@ def test_only_auditors_may_export_or_search(api, tenant_a, viewer_a) -> None:
         assert response.json()["error"]["code"] == "permission_denied"
     assert not AuditExport.objects.exists()
     denied = AuditEvent.objects.filter(outcome="denied", actor_name="vic")
-    assert {e.action for e in denied} == {"audit.export.create", "audit.export.list",
-                                          "audit.event.list"}  # fmt: skip
+    assert {e.action for e in denied} == {
+        "audit.export.create",
+        "audit.export.list",
+        "audit.event.list",
+    }
 
 
 @pytest.mark.django_db
@@ -97,13 +100,15 @@ def test_another_tenant_gets_404_for_an_export_and_its_download(
     ("payload", "code"),
     [
         ({"format": "xml"}, "unknown_export_format"),
-        ({"format": "jsonl", "since": "2026-02-01T00:00:00Z", "until": "2026-01-01T00:00:00Z"},
-         "invalid_time_range"),
+        (
+            {"format": "jsonl", "since": "2026-02-01T00:00:00Z", "until": "2026-01-01T00:00:00Z"},
+            "invalid_time_range",
+        ),
         ({"format": "jsonl", "outcome": "sometimes"}, "invalid_export_filter"),
         ({"format": "jsonl", "since": "yesterday"}, "invalid_input"),
         ({}, "invalid_input"),
     ],
-)  # fmt: skip
+)
 def test_bad_export_input_is_a_400_with_its_code_and_writes_nothing(
     api, tenant_a, auditor_a, payload, code
 ) -> None:

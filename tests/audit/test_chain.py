@@ -110,7 +110,7 @@ def test_twenty_concurrent_appends_leave_one_valid_chain(tenant_a) -> None:
                     tenant=tenant_a,
                     target_id=str(n),
                 )
-        except BaseException as exc:  # noqa: BLE001 - surfaced below
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connections.close_all()

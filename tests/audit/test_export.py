@@ -256,9 +256,11 @@ def test_a_running_export_is_left_alone_unless_its_heartbeat_is_stale(tenant_a, 
 
     record_events(tenant_a, admin_a, 3)
     export = audit_export_create(
-        tenant=tenant_a, actor=actor_for(admin_a), request=ExportRequest(format="jsonl"),
+        tenant=tenant_a,
+        actor=actor_for(admin_a),
+        request=ExportRequest(format="jsonl"),
         enqueue=False,
-    )  # fmt: skip
+    )
     AuditExport.objects.filter(pk=export.pk).update(
         status="running", heartbeat_at=timezone.now(), attempts=1
     )
@@ -310,9 +312,12 @@ def test_bad_export_requests_fail_with_their_code_and_write_nothing(
 def test_an_idempotency_key_replay_returns_the_original_export(tenant_a, auditor_a) -> None:
     def create(**kwargs):
         return audit_export_create(
-            tenant=tenant_a, actor=actor_for(auditor_a), idempotency_key="k-1", enqueue=False,
+            tenant=tenant_a,
+            actor=actor_for(auditor_a),
+            idempotency_key="k-1",
+            enqueue=False,
             request=ExportRequest(**{"format": "csv", **kwargs}),
-        )  # fmt: skip
+        )
 
     first = create()
     assert create().pk == first.pk
@@ -351,9 +356,17 @@ def test_the_export_command_writes_a_verifiable_bundle_with_progress(
     record_events(tenant_a, admin_a, 12)
     target = tmp_path / "out.zip"
     call_command(
-        "audit", "export", "--tenant", tenant_a.slug, "--format", "csv",
-        "--action", "tests.*", "--output", str(target),
-    )  # fmt: skip
+        "audit",
+        "export",
+        "--tenant",
+        tenant_a.slug,
+        "--format",
+        "csv",
+        "--action",
+        "tests.*",
+        "--output",
+        str(target),
+    )
     captured = capsys.readouterr()
     assert "export 100% (12/12" in captured.err and "records" in captured.out
     event = AuditEvent.objects.get(action="audit.export.create")
@@ -362,8 +375,13 @@ def test_the_export_command_writes_a_verifiable_bundle_with_progress(
     assert main(["audit", "verify", str(target), "--public-key", str(keys)]) == 0
     with pytest.raises(CommandError, match="invalid_time_range"):
         call_command(
-            "audit", "export", "--platform", "--since", "2026-02-01T00:00:00Z",
-            "--until", "2026-01-01T00:00:00Z",
-        )  # fmt: skip
+            "audit",
+            "export",
+            "--platform",
+            "--since",
+            "2026-02-01T00:00:00Z",
+            "--until",
+            "2026-01-01T00:00:00Z",
+        )
     with pytest.raises(CommandError, match="offset"):
         call_command("audit", "export", "--platform", "--since", "2026-02-01T00:00:00")

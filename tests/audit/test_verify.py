@@ -308,10 +308,26 @@ def m_remove_file(d, rng, ctx):
 
 
 MUTATIONS = [
-    m_edit_field, m_edit_nested, m_rehash_one, m_rehash_cascade, m_delete, m_duplicate,
-    m_forge_insert, m_reorder, m_move, m_truncate, m_splice, m_hide, m_byte_flip, m_sig_flip,
-    m_manifest_edit, m_view_edit, m_digest_edit, m_add_file, m_remove_file,
-]  # fmt: skip
+    m_edit_field,
+    m_edit_nested,
+    m_rehash_one,
+    m_rehash_cascade,
+    m_delete,
+    m_duplicate,
+    m_forge_insert,
+    m_reorder,
+    m_move,
+    m_truncate,
+    m_splice,
+    m_hide,
+    m_byte_flip,
+    m_sig_flip,
+    m_manifest_edit,
+    m_view_edit,
+    m_digest_edit,
+    m_add_file,
+    m_remove_file,
+]
 
 
 def _tree(d: Path) -> dict[str, bytes]:
@@ -521,8 +537,11 @@ def test_a_missing_unreadable_or_wrong_public_key_is_a_clear_error(tenant_bundle
         verify_bundle(bundle, wrong)
     assert raised.value.code == "public_key_mismatch" and "test-key-1" in raised.value.message
 
-    for key_arg, code in ((None, "public_key_missing"), (str(garbage), "public_key_invalid"),
-                          (str(tmp_path / "wrong.pem"), "public_key_mismatch")):  # fmt: skip
+    for key_arg, code in (
+        (None, "public_key_missing"),
+        (str(garbage), "public_key_invalid"),
+        (str(tmp_path / "wrong.pem"), "public_key_mismatch"),
+    ):
         out, err = io.StringIO(), io.StringIO()
         assert run(str(bundle), key_arg, as_json=False, out=out, err=err) == EXIT_ERROR
         assert f"[{code}]" in err.getvalue()
@@ -534,8 +553,9 @@ def test_a_bare_pem_of_the_signing_key_verifies(tenant_bundle, tmp_path) -> None
 
     bundle, _, _ = tenant_bundle
     out, err = io.StringIO(), io.StringIO()
-    status = run(str(bundle), str(pem_file(tmp_path / "k.pem", KEY_1)), as_json=True, out=out,
-                 err=err)  # fmt: skip
+    status = run(
+        str(bundle), str(pem_file(tmp_path / "k.pem", KEY_1)), as_json=True, out=out, err=err
+    )
     assert status == EXIT_INTACT, out.getvalue()
     assert json.loads(out.getvalue())["intact"] is True
 
@@ -571,10 +591,14 @@ def test_cacheplane_audit_verify_needs_no_database_or_django(tenant_bundle, tmp_
         f"{str(tmp_path / 'keys.json')!r}]); "
         "assert 'django.db' not in sys.modules, 'django.db was imported'; sys.exit(status)"
     )
-    done = subprocess.run(  # noqa: S603 - our own interpreter and module
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60,
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
         cwd=Path(__file__).resolve().parents[2],
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "INTACT" in done.stdout
 

@@ -29,11 +29,16 @@ def pool_price(db):
     from billing.models import PoolPrice
 
     return PoolPrice.objects.create(
-        pool="h100-a", version=1, effective_from=datetime(2026, 1, 1, tzinfo=UTC),
-        gpu_hour_usd=Decimal("2.50"), prefill_tokens_per_gpu_second=Decimal(10_000),
-        decode_tokens_per_gpu_second=Decimal(1_000), kv_blocks_per_gpu=10_000,
-        kv_block_tokens=16, source="test fixture",
-    )  # fmt: skip
+        pool="h100-a",
+        version=1,
+        effective_from=datetime(2026, 1, 1, tzinfo=UTC),
+        gpu_hour_usd=Decimal("2.50"),
+        prefill_tokens_per_gpu_second=Decimal(10_000),
+        decode_tokens_per_gpu_second=Decimal(1_000),
+        kv_blocks_per_gpu=10_000,
+        kv_block_tokens=16,
+        source="test fixture",
+    )
 
 
 @pytest.fixture

@@ -35,23 +35,43 @@ NOW = T0 + timedelta(minutes=40)  # storage below stays inside the 10:00 hour
 WINDOW = {
     "since": (T0 - timedelta(hours=2)).isoformat(),
     "until": (T0 + timedelta(hours=2)).isoformat(),
-}  # noqa: E501
+}
 
 
 @pytest.fixture
 def usage(tenant_a, tenant_b, price_book, usage_queue):
     now = NOW
     for i in range(5):
-        usage_record(tenant=tenant_a, request_id=f"a-{i}", provider="vertex",
-                     model="gemini-2.5-pro", occurred_at=now - timedelta(minutes=i),
-                     prompt_tokens=100_000, cached_read_tokens=90_000, output_tokens=1_000,
-                     cache_id="cache-1" if i % 2 else None)  # fmt: skip
-    usage_record(tenant=tenant_b, request_id="b-0", provider="vertex", model="gemini-2.5-pro",
-                 occurred_at=now, prompt_tokens=10, output_tokens=1)  # fmt: skip
+        usage_record(
+            tenant=tenant_a,
+            request_id=f"a-{i}",
+            provider="vertex",
+            model="gemini-2.5-pro",
+            occurred_at=now - timedelta(minutes=i),
+            prompt_tokens=100_000,
+            cached_read_tokens=90_000,
+            output_tokens=1_000,
+            cache_id="cache-1" if i % 2 else None,
+        )
+    usage_record(
+        tenant=tenant_b,
+        request_id="b-0",
+        provider="vertex",
+        model="gemini-2.5-pro",
+        occurred_at=now,
+        prompt_tokens=10,
+        output_tokens=1,
+    )
     usage_flush()
-    storage_accrue(tenant=tenant_a, cache_id="cache-1", provider="vertex",
-                   model="gemini-2.5-pro", tokens=100_000, start=now - timedelta(minutes=20),
-                   end=now - timedelta(minutes=10))  # fmt: skip
+    storage_accrue(
+        tenant=tenant_a,
+        cache_id="cache-1",
+        provider="vertex",
+        model="gemini-2.5-pro",
+        tokens=100_000,
+        start=now - timedelta(minutes=20),
+        end=now - timedelta(minutes=10),
+    )
     return now
 
 
@@ -133,8 +153,7 @@ def test_reading_usage_needs_usage_get(api, tenant_a) -> None:
 
 def test_budget_crud_shows_the_secret_once(api, admin_a, tenant_a) -> None:
     api.force_login(admin_a)
-    payload = {"name": "team", "period": "month", "limit_micros": 5_000_000,
-               "thresholds": [80, 50]}  # fmt: skip
+    payload = {"name": "team", "period": "month", "limit_micros": 5_000_000, "thresholds": [80, 50]}
     created = api.post(f"{A}/budgets", payload, format="json")
     assert created.status_code == 201, created.json()
     body = created.json()
@@ -147,7 +166,7 @@ def test_budget_crud_shows_the_secret_once(api, admin_a, tenant_a) -> None:
     patched = api.patch(url, {"limit_micros": 7_000_000}, format="json")
     assert (
         patched.status_code == 200 and patched.json()["current_period"]["limit_micros"] == 7_000_000
-    )  # noqa: E501
+    )
     rotated = api.post(f"{url}/rotate-secret", {}, format="json").json()["webhook_secret"]
     assert rotated != body["webhook_secret"]
     assert api.delete(url).status_code == 204
@@ -181,19 +200,22 @@ def test_a_viewer_reads_budgets_but_cannot_write_them(api, tenant_a) -> None:
     bind(viewer, "tenant.viewer", tenant_a)
     api.force_login(viewer)
     assert api.get(f"{A}/budgets").status_code == 200
-    response = api.post(f"{A}/budgets", {"name": "x", "period": "day", "limit_micros": 1},
-                        format="json")  # fmt: skip
+    response = api.post(
+        f"{A}/budgets", {"name": "x", "period": "day", "limit_micros": 1}, format="json"
+    )
     assert response.status_code == 403 and not Budget.objects.exists()
 
 
 def test_b_cannot_reach_a_budget_through_its_own_tenant(api, admin_a, admin_b, tenant_b) -> None:
     api.force_login(admin_a)
-    budget_id = api.post(f"{A}/budgets", {"name": "a", "period": "day",
-                         "limit_micros": 1_000_000}, format="json").json()["id"]  # fmt: skip
+    budget_id = api.post(
+        f"{A}/budgets", {"name": "a", "period": "day", "limit_micros": 1_000_000}, format="json"
+    ).json()["id"]
     api.force_login(admin_b)
     for verb in ("get", "patch", "delete"):
-        response = getattr(api, verb)(f"/api/v1/tenants/{tenant_b.slug}/budgets/{budget_id}",
-                                      {}, format="json")  # fmt: skip
+        response = getattr(api, verb)(
+            f"/api/v1/tenants/{tenant_b.slug}/budgets/{budget_id}", {}, format="json"
+        )
         assert response.status_code == 404
     assert Budget.objects.get(pk=budget_id).archived_at is None
 
@@ -204,10 +226,15 @@ def test_budget_and_alert_lists_stay_within_a_query_budget(
     from billing.services import budget_create
 
     for i in range(6):
-        budget_create(actor=actor, tenant=tenant_a, name=f"b{i}", period="day",
-                      limit_micros=1_000_000, thresholds=[10, 20])  # fmt: skip
-    hold = budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=0,
-                          request_id="r")  # fmt: skip
+        budget_create(
+            actor=actor,
+            tenant=tenant_a,
+            name=f"b{i}",
+            period="day",
+            limit_micros=1_000_000,
+            thresholds=[10, 20],
+        )
+    hold = budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=0, request_id="r")
     budget_settle(reservation=hold, actual_micros=500_000)
     api.force_login(admin_a)
     with django_assert_max_num_queries(8):
@@ -221,23 +248,46 @@ def test_budget_and_alert_lists_stay_within_a_query_budget(
 
 def test_break_even_over_the_api(api, admin_a, price_book) -> None:
     api.force_login(admin_a)
-    response = api.post(f"{A}/break-even", {
-        "provider": "vertex", "model": "gemini-2.5-pro", "context_tokens": 100_000,
-        "queries_per_hour": "10", "ttl_seconds": 3600,
-    }, format="json")  # fmt: skip
+    response = api.post(
+        f"{A}/break-even",
+        {
+            "provider": "vertex",
+            "model": "gemini-2.5-pro",
+            "context_tokens": 100_000,
+            "queries_per_hour": "10",
+            "ttl_seconds": 3600,
+        },
+        format="json",
+    )
     assert response.status_code == 200, response.json()
     body = response.json()
     assert body["breakeven_queries_per_hour"] == "4.0000"
     assert body["hourly_cost_with_cache_micros"] == 700_000 and body["blended"] is None
-    domain = api.post(f"{A}/break-even", {
-        "provider": "anthropic", "model": "claude-sonnet-4-5", "context_tokens": 1000,
-        "queries_per_hour": "1", "ttl_seconds": 300, "input_tokens_per_day": 100_000_000,
-        "hit_ratio": "0.8",
-    }, format="json").json()  # fmt: skip
+    domain = api.post(
+        f"{A}/break-even",
+        {
+            "provider": "anthropic",
+            "model": "claude-sonnet-4-5",
+            "context_tokens": 1000,
+            "queries_per_hour": "1",
+            "ttl_seconds": 300,
+            "input_tokens_per_day": 100_000_000,
+            "hit_ratio": "0.8",
+        },
+        format="json",
+    ).json()
     assert domain["blended"]["period_cost_micros"] == 2_520_000_000
-    unknown = api.post(f"{A}/break-even", {"provider": "vertex", "model": "nope",
-                       "context_tokens": 1, "queries_per_hour": "1", "ttl_seconds": 60},
-                       format="json")  # fmt: skip
+    unknown = api.post(
+        f"{A}/break-even",
+        {
+            "provider": "vertex",
+            "model": "nope",
+            "context_tokens": 1,
+            "queries_per_hour": "1",
+            "ttl_seconds": 60,
+        },
+        format="json",
+    )
     assert unknown.status_code == 404 and _error(unknown)["code"] == "price_not_found"
 
 
@@ -308,13 +358,19 @@ def test_bad_prices_get_a_stable_code_and_write_nothing(
 
 def test_pool_prices_over_the_api(api, platform_admin) -> None:
     api.force_login(platform_admin)
-    body = {"pool": "h100-api", "gpu_hour_usd": "2.50", "prefill_tokens_per_gpu_second": "9000",
-            "decode_tokens_per_gpu_second": "800", "kv_blocks_per_gpu": 12000,
-            "source": "capacity plan 2026"}  # fmt: skip
+    body = {
+        "pool": "h100-api",
+        "gpu_hour_usd": "2.50",
+        "prefill_tokens_per_gpu_second": "9000",
+        "decode_tokens_per_gpu_second": "800",
+        "kv_blocks_per_gpu": 12000,
+        "source": "capacity plan 2026",
+    }
     created = api.post("/api/v1/platform/pool-prices", body, format="json")
     assert created.status_code == 201, created.json()
-    bad = api.post("/api/v1/platform/pool-prices", {**body, "pool": "x", "gpu_hour_usd": "-2"},
-                   format="json")  # fmt: skip
+    bad = api.post(
+        "/api/v1/platform/pool-prices", {**body, "pool": "x", "gpu_hour_usd": "-2"}, format="json"
+    )
     assert bad.status_code == 400 and _error(bad)["code"] == "invalid_price"
     assert api.get("/api/v1/platform/pool-prices").json()["results"][0]["pool"] == "h100-api"
 
@@ -329,15 +385,22 @@ async def test_under_asgi_the_export_streams_from_an_async_iterator() -> None:
     from billing.models import UsageRecord
     from tests.factories import TenantFactory
 
-    def setup():  # noqa: ANN202
+    def setup():
         tenant = TenantFactory(slug="tenant-s")
         admin = HumanFactory()
         bind(admin, "tenant.admin", tenant)
         UsageRecord.objects.bulk_create(
-            UsageRecord(tenant=tenant, request_id=f"r{i}", occurred_at=NOW, provider="openai",
-                        model="gpt-5", prompt_tokens=10, cost_micros=i)
+            UsageRecord(
+                tenant=tenant,
+                request_id=f"r{i}",
+                occurred_at=NOW,
+                provider="openai",
+                model="gpt-5",
+                prompt_tokens=10,
+                cost_micros=i,
+            )
             for i in range(2_500)
-        )  # fmt: skip
+        )
         return admin
 
     admin = await sync_to_async(setup)()

@@ -40,8 +40,12 @@ DOLLAR = 1_000_000
 
 
 def _budget(actor, tenant, **overrides) -> Budget:
-    fields = {"name": "monthly", "period": "month", "limit_micros": 10 * DOLLAR,
-              "thresholds": [50, 80, 100]}  # fmt: skip
+    fields = {
+        "name": "monthly",
+        "period": "month",
+        "limit_micros": 10 * DOLLAR,
+        "thresholds": [50, 80, 100],
+    }
     fields.update(overrides)
     return budget_create(actor=actor, tenant=tenant, **fields)
 
@@ -52,8 +56,9 @@ def _period(budget: Budget) -> BudgetPeriod:
 
 def test_a_reservation_holds_then_settles_at_the_actual_cost(tenant_a, admin_a, actor) -> None:
     budget = _budget(actor, tenant_a)
-    hold = budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=3 * DOLLAR,
-                          request_id="r1")  # fmt: skip
+    hold = budget_reserve(
+        tenant=tenant_a, principal=admin_a, estimate_micros=3 * DOLLAR, request_id="r1"
+    )
     assert (_period(budget).reserved_micros, _period(budget).spent_micros) == (3 * DOLLAR, 0)
     settled = budget_settle(reservation=hold, actual_micros=2 * DOLLAR)
     assert settled.state == ReservationState.SETTLED
@@ -67,11 +72,11 @@ def test_over_the_hard_limit_the_request_is_refused_before_any_work(
     tenant_a, admin_a, actor
 ) -> None:
     budget = _budget(actor, tenant_a, limit_micros=5 * DOLLAR)
-    budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=4 * DOLLAR,
-                   request_id="r1")  # fmt: skip
+    budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=4 * DOLLAR, request_id="r1")
     with pytest.raises(BudgetExceeded) as caught:
-        budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=2 * DOLLAR,
-                       request_id="r2")  # fmt: skip
+        budget_reserve(
+            tenant=tenant_a, principal=admin_a, estimate_micros=2 * DOLLAR, request_id="r2"
+        )
     assert (caught.value.code, caught.value.http_status) == ("budget_exceeded", 402)
     assert _period(budget).reserved_micros == 4 * DOLLAR
     assert not BudgetReservation.objects.filter(request_id="r2").exists()
@@ -81,8 +86,9 @@ def test_over_the_hard_limit_the_request_is_refused_before_any_work(
 
 def test_a_soft_budget_alerts_but_never_refuses(tenant_a, admin_a, actor) -> None:
     budget = _budget(actor, tenant_a, limit_micros=DOLLAR, hard_limit=False)
-    hold = budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=3 * DOLLAR,
-                          request_id="r1")  # fmt: skip
+    hold = budget_reserve(
+        tenant=tenant_a, principal=admin_a, estimate_micros=3 * DOLLAR, request_id="r1"
+    )
     budget_settle(reservation=hold, actual_micros=3 * DOLLAR)
     assert _period(budget).spent_micros == 3 * DOLLAR
     assert sorted(BudgetAlert.objects.values_list("threshold", flat=True)) == [50, 80, 100]
@@ -90,16 +96,19 @@ def test_a_soft_budget_alerts_but_never_refuses(tenant_a, admin_a, actor) -> Non
 
 def test_a_replayed_request_id_returns_the_first_reservation(tenant_a, admin_a, actor) -> None:
     budget = _budget(actor, tenant_a)
-    first = budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=DOLLAR,
-                           request_id="same")  # fmt: skip
-    again = budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=DOLLAR,
-                           request_id="same")  # fmt: skip
+    first = budget_reserve(
+        tenant=tenant_a, principal=admin_a, estimate_micros=DOLLAR, request_id="same"
+    )
+    again = budget_reserve(
+        tenant=tenant_a, principal=admin_a, estimate_micros=DOLLAR, request_id="same"
+    )
     assert first.pk == again.pk and _period(budget).reserved_micros == DOLLAR
 
 
 def test_without_a_budget_nothing_is_held_or_written(tenant_a, admin_a) -> None:
-    hold = budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=DOLLAR,
-                          request_id="r1")  # fmt: skip
+    hold = budget_reserve(
+        tenant=tenant_a, principal=admin_a, estimate_micros=DOLLAR, request_id="r1"
+    )
     assert hold._state.adding and hold.period_ids == []
     assert budget_settle(reservation=hold, actual_micros=5).state == ReservationState.SETTLED
     assert not BudgetReservation.objects.exists()
@@ -109,10 +118,12 @@ def test_a_service_account_budget_applies_to_that_account_only(tenant_a, admin_a
     bot = ServiceAccountFactory(tenant=tenant_a)
     _budget(actor, tenant_a, name="bot", limit_micros=DOLLAR, principal_id=str(bot.pk))
     with pytest.raises(BudgetExceeded):
-        budget_reserve(tenant=tenant_a, principal=bot, estimate_micros=2 * DOLLAR,
-                       request_id="bot-1")  # fmt: skip
-    budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=2 * DOLLAR,
-                   request_id="human-1")  # fmt: skip
+        budget_reserve(
+            tenant=tenant_a, principal=bot, estimate_micros=2 * DOLLAR, request_id="bot-1"
+        )
+    budget_reserve(
+        tenant=tenant_a, principal=admin_a, estimate_micros=2 * DOLLAR, request_id="human-1"
+    )
     other = ServiceAccountFactory(tenant=TenantFactory())
     with pytest.raises(UnknownPrincipal):
         _budget(actor, tenant_a, principal_id=str(other.pk))
@@ -120,13 +131,20 @@ def test_a_service_account_budget_applies_to_that_account_only(tenant_a, admin_a
 
 def test_release_and_expiry_return_the_hold(tenant_a, admin_a, actor) -> None:
     budget = _budget(actor, tenant_a)
-    failed = budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=DOLLAR,
-                            request_id="failed")  # fmt: skip
+    failed = budget_reserve(
+        tenant=tenant_a, principal=admin_a, estimate_micros=DOLLAR, request_id="failed"
+    )
     assert budget_release(reservation=failed).state == ReservationState.RELEASED
-    budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=2 * DOLLAR,
-                   request_id="timed-out", ttl=timedelta(seconds=30))  # fmt: skip
-    live = budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=3 * DOLLAR,
-                          request_id="live")  # fmt: skip
+    budget_reserve(
+        tenant=tenant_a,
+        principal=admin_a,
+        estimate_micros=2 * DOLLAR,
+        request_id="timed-out",
+        ttl=timedelta(seconds=30),
+    )
+    live = budget_reserve(
+        tenant=tenant_a, principal=admin_a, estimate_micros=3 * DOLLAR, request_id="live"
+    )
     assert _period(budget).reserved_micros == 5 * DOLLAR
     later = timezone.now() + timedelta(minutes=1)
     assert budget_reservations_expire(now=later) == 1
@@ -138,8 +156,13 @@ def test_release_and_expiry_return_the_hold(tenant_a, admin_a, actor) -> None:
 
 def test_the_expiry_task_run_twice_is_a_noop(tenant_a, admin_a, actor) -> None:
     budget = _budget(actor, tenant_a)
-    hold = budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=DOLLAR,
-                          request_id="stale", ttl=timedelta(seconds=1))  # fmt: skip
+    hold = budget_reserve(
+        tenant=tenant_a,
+        principal=admin_a,
+        estimate_micros=DOLLAR,
+        request_id="stale",
+        ttl=timedelta(seconds=1),
+    )
     BudgetReservation.objects.filter(pk=hold.pk).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
@@ -150,8 +173,13 @@ def test_the_expiry_task_run_twice_is_a_noop(tenant_a, admin_a, actor) -> None:
 
 def test_a_settle_after_expiry_still_charges_the_work_done(tenant_a, admin_a, actor) -> None:
     budget = _budget(actor, tenant_a)
-    hold = budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=DOLLAR,
-                          request_id="slow", ttl=timedelta(seconds=1))  # fmt: skip
+    hold = budget_reserve(
+        tenant=tenant_a,
+        principal=admin_a,
+        estimate_micros=DOLLAR,
+        request_id="slow",
+        ttl=timedelta(seconds=1),
+    )
     budget_reservations_expire(now=timezone.now() + timedelta(seconds=5))
     budget_settle(reservation=hold, actual_micros=DOLLAR // 2)
     assert (_period(budget).reserved_micros, _period(budget).spent_micros) == (0, DOLLAR // 2)
@@ -160,13 +188,16 @@ def test_a_settle_after_expiry_still_charges_the_work_done(tenant_a, admin_a, ac
 def test_each_threshold_alerts_once_per_period(tenant_a, admin_a, actor) -> None:
     budget = _budget(actor, tenant_a, limit_micros=100 * DOLLAR)
     for i, dollars in enumerate([30, 25, 10, 10, 5, 19, 1]):  # 30 55 65 75 80 99 100
-        hold = budget_reserve(tenant=tenant_a, principal=admin_a,
-                              estimate_micros=dollars * DOLLAR, request_id=f"r{i}")  # fmt: skip
+        hold = budget_reserve(
+            tenant=tenant_a, principal=admin_a, estimate_micros=dollars * DOLLAR, request_id=f"r{i}"
+        )
         budget_settle(reservation=hold, actual_micros=dollars * DOLLAR)
     alerts = list(BudgetAlert.objects.order_by("threshold"))
     assert [(a.threshold, a.spent_micros) for a in alerts] == [
-        (50, 55 * DOLLAR), (80, 80 * DOLLAR), (100, 100 * DOLLAR),
-    ]  # fmt: skip
+        (50, 55 * DOLLAR),
+        (80, 80 * DOLLAR),
+        (100, 100 * DOLLAR),
+    ]
     assert all(a.webhook_state == "none" for a in alerts)  # no webhook configured
     crossed = AuditEvent.objects.filter(action="billing.budget.threshold_crossed")
     assert crossed.count() == 3 and {e.tenant_id for e in crossed} == {tenant_a.pk}
@@ -177,13 +208,23 @@ def test_a_budget_created_mid_month_starts_from_the_spend_so_far(tenant_a, admin
     now = timezone.now()
     start, _ = period_bounds(Budget(period="month"), now)
     UsageRollup.objects.create(
-        tenant=tenant_a, granularity="day", bucket=start, provider="vertex",
-        model="gemini-2.5-pro", requests=1, cost_micros=4 * DOLLAR,
-    )  # fmt: skip
+        tenant=tenant_a,
+        granularity="day",
+        bucket=start,
+        provider="vertex",
+        model="gemini-2.5-pro",
+        requests=1,
+        cost_micros=4 * DOLLAR,
+    )
     UsageRollup.objects.create(
-        tenant=tenant_a, granularity="minute", bucket=start, provider="vertex",
-        model="gemini-2.5-pro", requests=1, cost_micros=4 * DOLLAR,
-    )  # fmt: skip
+        tenant=tenant_a,
+        granularity="minute",
+        bucket=start,
+        provider="vertex",
+        model="gemini-2.5-pro",
+        requests=1,
+        cost_micros=4 * DOLLAR,
+    )
     budget = _budget(actor, tenant_a)
     assert _period(budget).spent_micros == 4 * DOLLAR
 
@@ -193,16 +234,26 @@ def test_a_cache_creation_reserves_the_storage_of_its_ttl(
 ) -> None:
     budget = _budget(actor, tenant_a, limit_micros=DOLLAR)
     hold = budget_reserve_cache_storage(
-        tenant=tenant_a, principal=admin_a, request_id="cache-op-1", provider="vertex",
-        model="gemini-2.5-pro", tokens=100_000, ttl=timedelta(hours=2),
-    )  # fmt: skip
+        tenant=tenant_a,
+        principal=admin_a,
+        request_id="cache-op-1",
+        provider="vertex",
+        model="gemini-2.5-pro",
+        tokens=100_000,
+        ttl=timedelta(hours=2),
+    )
     assert hold.amount_micros == 900_000 and hold.kind == "cache_storage"  # 2 h × $0.45
     assert _period(budget).reserved_micros == 900_000
     with pytest.raises(BudgetExceeded):
         budget_reserve_cache_storage(
-            tenant=tenant_a, principal=admin_a, request_id="cache-op-2", provider="vertex",
-            model="gemini-2.5-pro", tokens=100_000, ttl=timedelta(hours=1),
-        )  # fmt: skip
+            tenant=tenant_a,
+            principal=admin_a,
+            request_id="cache-op-2",
+            provider="vertex",
+            model="gemini-2.5-pro",
+            tokens=100_000,
+            ttl=timedelta(hours=1),
+        )
 
 
 @pytest.mark.parametrize(
@@ -222,7 +273,7 @@ def test_a_cache_creation_reserves_the_storage_of_its_ttl(
         ({"name": ""}, InvalidBudget),
     ],
 )
-def test_bad_budgets_are_rejected_and_nothing_is_written(tenant_a, actor, overrides, error) -> None:  # noqa: E501
+def test_bad_budgets_are_rejected_and_nothing_is_written(tenant_a, actor, overrides, error) -> None:
     before = AuditEvent.objects.count()
     with pytest.raises(error):
         _budget(actor, tenant_a, **overrides)
@@ -252,8 +303,14 @@ def test_200_concurrent_reservations_against_a_budget_that_fits_50_overspend_by_
     admin = HumanFactory()
     bind(admin, "tenant.admin", tenant)
     estimate = 1_234_567
-    budget = budget_create(actor=actor_for(admin), tenant=tenant, name="tight", period="day",
-                           limit_micros=50 * estimate, thresholds=[50, 100])  # fmt: skip
+    budget = budget_create(
+        actor=actor_for(admin),
+        tenant=tenant,
+        name="tight",
+        period="day",
+        limit_micros=50 * estimate,
+        thresholds=[50, 100],
+    )
     threads = 40
     barrier = threading.Barrier(threads)
     granted, refused, errors = [], [], []
@@ -265,15 +322,17 @@ def test_200_concurrent_reservations_against_a_budget_that_fits_50_overspend_by_
             for n in range(worker_index, 200, threads):
                 try:
                     hold = budget_reserve(
-                        tenant=tenant, principal=admin, estimate_micros=estimate,
+                        tenant=tenant,
+                        principal=admin,
+                        estimate_micros=estimate,
                         request_id=f"req-{n}",
-                    )  # fmt: skip
+                    )
                     with lock:
                         granted.append(hold)
                 except BudgetExceeded:
                     with lock:
                         refused.append(n)
-        except Exception as exc:  # noqa: BLE001 - surfaced by the assertion below
+        except Exception as exc:
             errors.append(exc)
         finally:
             connection.close()

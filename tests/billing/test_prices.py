@@ -27,8 +27,10 @@ RATES = {"input_per_mtok": "1.00", "cached_input_per_mtok": "0.10", "output_per_
 def test_the_seed_carries_gemini_anthropic_and_openai_prices_with_sources(price_book) -> None:
     pro = price_book[("vertex", "gemini-2.5-pro")]
     assert (pro.input_per_mtok, pro.cached_input_per_mtok, pro.storage_per_mtok_hour) == (
-        Decimal("1.25"), Decimal("0.125"), Decimal("4.50"),
-    )  # fmt: skip
+        Decimal("1.25"),
+        Decimal("0.125"),
+        Decimal("4.50"),
+    )
     assert (pro.long_threshold_tokens, pro.long_input_per_mtok) == (200_000, Decimal("2.50"))
     assert "vertex-context-cache.md" in pro.source
     sonnet = price_book[("anthropic", "claude-sonnet-4-5")]
@@ -48,15 +50,19 @@ def test_a_change_adds_a_version_and_closes_the_current_one_at_its_start(
     start = timezone.now() + timedelta(days=1)
     old = price_book[("vertex", "gemini-2.5-flash")]
     new = model_price_create(
-        actor=platform_actor, provider="vertex", model="gemini-2.5-flash",
-        rates={**RATES, "storage_per_mtok_hour": "1.00"}, source="test", effective_from=start,
-    )  # fmt: skip
+        actor=platform_actor,
+        provider="vertex",
+        model="gemini-2.5-flash",
+        rates={**RATES, "storage_per_mtok_hour": "1.00"},
+        source="test",
+        effective_from=start,
+    )
     old.refresh_from_db()
     assert new.version == 2 and old.effective_to == start
     assert old.input_per_mtok == Decimal("0.30")  # history untouched
     before = model_price_resolve(
         provider="vertex", model="gemini-2.5-flash", at=start - timedelta(seconds=1)
-    )  # noqa: E501
+    )
     after = model_price_resolve(provider="vertex", model="gemini-2.5-flash", at=start)
     assert (before.pk, after.pk) == (old.pk, new.pk)
     event = AuditEvent.objects.filter(action="billing.price.create").latest("seq")
@@ -75,33 +81,52 @@ def test_a_back_dated_change_is_rejected_and_nothing_is_written(price_book, plat
     count = ModelPrice.objects.count()
     with pytest.raises(PriceOverlap):
         model_price_create(
-            actor=platform_actor, provider="vertex", model="gemini-2.5-pro", rates=RATES,
-            source="test", effective_from=timezone.now() - timedelta(days=1),
-        )  # fmt: skip
+            actor=platform_actor,
+            provider="vertex",
+            model="gemini-2.5-pro",
+            rates=RATES,
+            source="test",
+            effective_from=timezone.now() - timedelta(days=1),
+        )
     assert ModelPrice.objects.count() == count
     assert price_book[("vertex", "gemini-2.5-pro")].effective_to is None
     assert (
         ModelPrice.objects.get(pk=price_book[("vertex", "gemini-2.5-pro")].pk).effective_to is None
-    )  # noqa: E501
+    )
 
 
 def test_overlapping_closed_ranges_are_rejected(platform_actor) -> None:
     t = datetime(2027, 1, 1, tzinfo=UTC)
     model_price_create(
-        actor=platform_actor, provider="openai", model="gpt-x", rates=RATES, source="a",
-        effective_from=t, effective_to=t + timedelta(days=30),
-    )  # fmt: skip
+        actor=platform_actor,
+        provider="openai",
+        model="gpt-x",
+        rates=RATES,
+        source="a",
+        effective_from=t,
+        effective_to=t + timedelta(days=30),
+    )
     with pytest.raises(PriceOverlap) as caught:
         model_price_create(
-            actor=platform_actor, provider="openai", model="gpt-x", rates=RATES, source="b",
-            effective_from=t + timedelta(days=10), effective_to=t + timedelta(days=40),
-        )  # fmt: skip
+            actor=platform_actor,
+            provider="openai",
+            model="gpt-x",
+            rates=RATES,
+            source="b",
+            effective_from=t + timedelta(days=10),
+            effective_to=t + timedelta(days=40),
+        )
     assert caught.value.code == "price_overlap"
     # Filling the gap before it, without overlap, is allowed (it prices unpriced time).
     model_price_create(
-        actor=platform_actor, provider="openai", model="gpt-x", rates=RATES, source="c",
-        effective_from=t - timedelta(days=30), effective_to=t,
-    )  # fmt: skip
+        actor=platform_actor,
+        provider="openai",
+        model="gpt-x",
+        rates=RATES,
+        source="c",
+        effective_from=t - timedelta(days=30),
+        effective_to=t,
+    )
     assert ModelPrice.objects.filter(model="gpt-x").count() == 2
 
 
@@ -109,11 +134,17 @@ def test_the_database_itself_refuses_overlapping_live_versions(price_book) -> No
     pro = price_book[("vertex", "gemini-2.5-pro")]
     with pytest.raises(IntegrityError), transaction.atomic():
         ModelPrice.objects.create(
-            provider="vertex", model="gemini-2.5-pro", version=99,
-            effective_from=pro.effective_from + timedelta(days=1), input_per_mtok=1,
-            cached_input_per_mtok=1, cache_write_5m_per_mtok=1, cache_write_1h_per_mtok=1,
-            output_per_mtok=1, source="bypassing the service",
-        )  # fmt: skip
+            provider="vertex",
+            model="gemini-2.5-pro",
+            version=99,
+            effective_from=pro.effective_from + timedelta(days=1),
+            input_per_mtok=1,
+            cached_input_per_mtok=1,
+            cache_write_5m_per_mtok=1,
+            cache_write_1h_per_mtok=1,
+            output_per_mtok=1,
+            source="bypassing the service",
+        )
 
 
 @pytest.mark.parametrize(
@@ -133,20 +164,25 @@ def test_bad_rates_are_rejected_and_nothing_is_written(platform_actor, bad) -> N
     before = (ModelPrice.objects.count(), AuditEvent.objects.count())
     with pytest.raises(InvalidPrice) as caught:
         model_price_create(
-            actor=platform_actor, provider="openai", model="gpt-bad", rates={**RATES, **bad},
+            actor=platform_actor,
+            provider="openai",
+            model="gpt-bad",
+            rates={**RATES, **bad},
             source="test",
-        )  # fmt: skip
+        )
     assert caught.value.code == "invalid_price"
     assert (ModelPrice.objects.count(), AuditEvent.objects.count()) == before
 
 
 def test_an_unknown_provider_or_a_missing_source_is_rejected(platform_actor) -> None:
     with pytest.raises(InvalidPrice):
-        model_price_create(actor=platform_actor, provider="azure", model="m", rates=RATES,
-                           source="x")  # fmt: skip
+        model_price_create(
+            actor=platform_actor, provider="azure", model="m", rates=RATES, source="x"
+        )
     with pytest.raises(InvalidPrice):
-        model_price_create(actor=platform_actor, provider="openai", model="m", rates=RATES,
-                           source="  ")  # fmt: skip
+        model_price_create(
+            actor=platform_actor, provider="openai", model="m", rates=RATES, source="  "
+        )
     assert not ModelPrice.objects.filter(model="m").exists()
 
 
@@ -155,18 +191,26 @@ def test_a_correction_replaces_a_version_over_its_range_and_keeps_the_old_one(
 ) -> None:
     old = price_book[("anthropic", "claude-haiku-4-5")]
     fixed = model_price_correct(
-        actor=platform_actor, price=old,
-        rates={"input_per_mtok": "0.80", "cached_input_per_mtok": "0.08",
-               "cache_write_5m_per_mtok": "1.00", "cache_write_1h_per_mtok": "1.60",
-               "output_per_mtok": "4.00"},
-        source="corrected from the provider's invoice", note="typo in v1",
-    )  # fmt: skip
+        actor=platform_actor,
+        price=old,
+        rates={
+            "input_per_mtok": "0.80",
+            "cached_input_per_mtok": "0.08",
+            "cache_write_5m_per_mtok": "1.00",
+            "cache_write_1h_per_mtok": "1.60",
+            "output_per_mtok": "4.00",
+        },
+        source="corrected from the provider's invoice",
+        note="typo in v1",
+    )
     old.refresh_from_db()
     assert old.superseded_by_id == fixed.pk and old.superseded_at is not None
     assert old.input_per_mtok == Decimal("1.00")  # the mistaken version is kept as it was
     assert (fixed.effective_from, fixed.effective_to, fixed.version) == (
-        old.effective_from, old.effective_to, 2,
-    )  # fmt: skip
+        old.effective_from,
+        old.effective_to,
+        2,
+    )
     at = old.effective_from + timedelta(days=3)
     assert model_price_resolve(provider="anthropic", model="claude-haiku-4-5", at=at).pk == fixed.pk
     event = AuditEvent.objects.filter(action="billing.price.correct").latest("seq")
@@ -178,18 +222,29 @@ def test_a_correction_replaces_a_version_over_its_range_and_keeps_the_old_one(
 def test_pool_prices_are_versioned_by_pool_name(platform_actor) -> None:
     start = timezone.now()
     first = pool_price_create(
-        actor=platform_actor, pool="a100-b",
-        rates={"gpu_hour_usd": "1.80", "prefill_tokens_per_gpu_second": "8000",
-               "decode_tokens_per_gpu_second": "600", "kv_blocks_per_gpu": 5000},
-        source="internal capacity plan", effective_from=start,
-    )  # fmt: skip
+        actor=platform_actor,
+        pool="a100-b",
+        rates={
+            "gpu_hour_usd": "1.80",
+            "prefill_tokens_per_gpu_second": "8000",
+            "decode_tokens_per_gpu_second": "600",
+            "kv_blocks_per_gpu": 5000,
+        },
+        source="internal capacity plan",
+        effective_from=start,
+    )
     assert first.kv_block_tokens == 16
     assert pool_price_resolve(pool="a100-b", at=start + timedelta(hours=1)).pk == first.pk
     with pytest.raises(InvalidPrice):
         pool_price_create(
-            actor=platform_actor, pool="a100-c",
-            rates={"gpu_hour_usd": "1", "prefill_tokens_per_gpu_second": "0",
-                   "decode_tokens_per_gpu_second": "1", "kv_blocks_per_gpu": 1},
+            actor=platform_actor,
+            pool="a100-c",
+            rates={
+                "gpu_hour_usd": "1",
+                "prefill_tokens_per_gpu_second": "0",
+                "decode_tokens_per_gpu_second": "1",
+                "kv_blocks_per_gpu": 1,
+            },
             source="x",
-        )  # fmt: skip
+        )
     assert not PoolPrice.objects.filter(pool="a100-c").exists()

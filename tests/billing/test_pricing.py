@@ -19,19 +19,33 @@ from billing.pricing import (
 
 D = Decimal
 PRO = TokenRates(  # gemini-2.5-pro as seeded
-    input=D("1.25"), cached_input=D("0.125"), cache_write_5m=D("1.25"), cache_write_1h=D("1.25"),
-    output=D("10"), storage_per_hour=D("4.50"), long_threshold=200_000, long_input=D("2.50"),
-    long_cached_input=D("0.25"), long_cache_write_5m=D("2.50"), long_cache_write_1h=D("2.50"),
+    input=D("1.25"),
+    cached_input=D("0.125"),
+    cache_write_5m=D("1.25"),
+    cache_write_1h=D("1.25"),
+    output=D("10"),
+    storage_per_hour=D("4.50"),
+    long_threshold=200_000,
+    long_input=D("2.50"),
+    long_cached_input=D("0.25"),
+    long_cache_write_5m=D("2.50"),
+    long_cache_write_1h=D("2.50"),
     long_output=D("15"),
-)  # fmt: skip
+)
 SONNET = TokenRates(  # claude-sonnet-4-5 as seeded: 3.00 base, 1.25x / 2x / 0.1x
-    input=D("3.00"), cached_input=D("0.30"), cache_write_5m=D("3.75"),
-    cache_write_1h=D("6.00"), output=D("15.00"),
-)  # fmt: skip
+    input=D("3.00"),
+    cached_input=D("0.30"),
+    cache_write_5m=D("3.75"),
+    cache_write_1h=D("6.00"),
+    output=D("15.00"),
+)
 POOL = PoolRates(
-    gpu_hour_usd=D("2.50"), prefill_tokens_per_gpu_second=D(10_000),
-    decode_tokens_per_gpu_second=D(1_000), kv_blocks_per_gpu=10_000, kv_block_tokens=16,
-)  # fmt: skip
+    gpu_hour_usd=D("2.50"),
+    prefill_tokens_per_gpu_second=D(10_000),
+    decode_tokens_per_gpu_second=D(1_000),
+    kv_blocks_per_gpu=10_000,
+    kv_block_tokens=16,
+)
 
 
 def test_a_plain_request_costs_input_plus_output() -> None:
@@ -67,9 +81,12 @@ def test_one_hour_cache_writes_cost_twice_input() -> None:
 
 def test_a_request_with_reads_and_both_writes_sums_its_line_items() -> None:
     counts = UsageCounts(
-        prompt_tokens=50_000, cached_read_tokens=30_000, cache_write_5m_tokens=5_000,
-        cache_write_1h_tokens=10_000, output_tokens=1_000,
-    )  # fmt: skip
+        prompt_tokens=50_000,
+        cached_read_tokens=30_000,
+        cache_write_5m_tokens=5_000,
+        cache_write_1h_tokens=10_000,
+        output_tokens=1_000,
+    )
     cost = token_cost(counts, SONNET)
     assert cost.lines == {
         "input": 15_000,  # 5,000 uncached × 3
@@ -98,8 +115,9 @@ def test_rounding_is_half_even_once_per_line_item() -> None:
     half = D("0.5")
     assert [line_micros(n, half) for n in (1, 3, 5, 7)] == [0, 2, 2, 4]
     assert round_micros(D("2.5")) == 2 and round_micros(D("3.5")) == 4
-    rates = TokenRates(input=half, cached_input=half, cache_write_5m=half,
-                       cache_write_1h=half, output=half)  # fmt: skip
+    rates = TokenRates(
+        input=half, cached_input=half, cache_write_5m=half, cache_write_1h=half, output=half
+    )
     # Three lines of 0.5 µ$ each round to 0 separately: the total is 0, not round(1.5) = 2.
     counts = UsageCounts(prompt_tokens=2, cached_read_tokens=1, output_tokens=1)
     assert token_cost(counts, rates).micros == 0
@@ -125,7 +143,7 @@ def test_impossible_counts_are_reported() -> None:
     assert (
         UsageCounts(prompt_tokens=10, cached_read_tokens=5, cache_write_5m_tokens=5).problems()
         == []
-    )  # noqa: E501
+    )
 
 
 def test_gpu_chargeback_charges_computed_prefill_and_decode() -> None:

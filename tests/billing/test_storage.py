@@ -18,22 +18,30 @@ PRO = {"provider": "vertex", "model": "gemini-2.5-pro", "tokens": 100_000}
 
 def test_ninety_minutes_across_two_clock_hours_are_prorated(tenant_a, price_book) -> None:
     start = T0 + timedelta(minutes=30)
-    rows = storage_accrue(tenant=tenant_a, cache_id="c1", start=start,
-                          end=start + timedelta(minutes=90), **PRO)  # fmt: skip
+    rows = storage_accrue(
+        tenant=tenant_a, cache_id="c1", start=start, end=start + timedelta(minutes=90), **PRO
+    )
     # 100k tokens × $4.50/M/h = $0.45/h: 30 min = 225,000 µ$, 60 min = 450,000 µ$.
     assert [(r.hour, r.cost_micros) for r in rows] == [
-        (T0, 225_000), (T0 + timedelta(hours=1), 450_000),
-    ]  # fmt: skip
+        (T0, 225_000),
+        (T0 + timedelta(hours=1), 450_000),
+    ]
     assert rows[0].price_version_id == price_book[("vertex", "gemini-2.5-pro")].pk
 
 
 def test_repeated_and_overlapping_reports_charge_each_second_once(tenant_a, price_book) -> None:
     for _ in range(2):
-        storage_accrue(tenant=tenant_a, cache_id="c1", start=T0,
-                       end=T0 + timedelta(minutes=20), **PRO)  # fmt: skip
+        storage_accrue(
+            tenant=tenant_a, cache_id="c1", start=T0, end=T0 + timedelta(minutes=20), **PRO
+        )
     # The beat task reports the cache again later with a longer interval.
-    storage_accrue(tenant=tenant_a, cache_id="c1", start=T0 + timedelta(minutes=10),
-                   end=T0 + timedelta(minutes=40), **PRO)  # fmt: skip
+    storage_accrue(
+        tenant=tenant_a,
+        cache_id="c1",
+        start=T0 + timedelta(minutes=10),
+        end=T0 + timedelta(minutes=40),
+        **PRO,
+    )
     row = StorageAccrual.objects.get(cache_id="c1")
     assert (row.covered_from, row.covered_to) == (T0, T0 + timedelta(minutes=40))
     assert row.cost_micros == 300_000  # 40 minutes at $0.45/h
@@ -49,9 +57,15 @@ def test_nothing_accrues_after_eviction(tenant_a, price_book) -> None:
 
 def test_pinned_prefixes_on_a_pool_are_charged_in_kv_block_hours(tenant_a, pool_price) -> None:
     rows = storage_accrue(
-        tenant=tenant_a, cache_id="pin-1", provider="vllm", model="llama-3-70b",
-        pool="h100-a", tokens=1_000, start=T0, end=T0 + timedelta(minutes=30),
-    )  # fmt: skip
+        tenant=tenant_a,
+        cache_id="pin-1",
+        provider="vllm",
+        model="llama-3-70b",
+        pool="h100-a",
+        tokens=1_000,
+        start=T0,
+        end=T0 + timedelta(minutes=30),
+    )
     # 63 blocks × 0.5 h × $2.50 / 10,000 blocks = 7,875 µ$
     assert rows[0].cost_micros == 7_875 and rows[0].pool_price_id == pool_price.pk
 
@@ -62,11 +76,23 @@ def test_bad_intervals_and_unpriced_models_are_refused_and_nothing_is_written(
     with pytest.raises(InvalidRange):
         storage_accrue(tenant=tenant_a, cache_id="c1", start=T0, end=T0 - timedelta(1), **PRO)
     with pytest.raises(InvalidRange):
-        storage_accrue(tenant=tenant_a, cache_id="c1", start=T0.replace(tzinfo=None),
-                       end=T0.replace(tzinfo=None), **PRO)  # fmt: skip
+        storage_accrue(
+            tenant=tenant_a,
+            cache_id="c1",
+            start=T0.replace(tzinfo=None),
+            end=T0.replace(tzinfo=None),
+            **PRO,
+        )
     with pytest.raises(PriceNotFound):
-        storage_accrue(tenant=tenant_a, cache_id="c1", provider="vertex", model="gemini-9",
-                       tokens=1, start=T0, end=T0 + timedelta(minutes=1))  # fmt: skip
+        storage_accrue(
+            tenant=tenant_a,
+            cache_id="c1",
+            provider="vertex",
+            model="gemini-9",
+            tokens=1,
+            start=T0,
+            end=T0 + timedelta(minutes=1),
+        )
     assert not StorageAccrual.objects.exists()
 
 
@@ -78,13 +104,20 @@ def test_a_reprice_after_a_storage_price_fix_recomputes_accruals(
 
     storage_accrue(tenant=tenant_a, cache_id="c1", start=T0, end=T0 + timedelta(hours=1), **PRO)
     model_price_correct(
-        actor=platform_actor, price=price_book[("vertex", "gemini-2.5-pro")],
-        rates={"input_per_mtok": "1.25", "cached_input_per_mtok": "0.125",
-               "storage_per_mtok_hour": "4.00", "output_per_mtok": "10",
-               "long_threshold_tokens": 200_000, "long_input_per_mtok": "2.50",
-               "long_cached_input_per_mtok": "0.25", "long_output_per_mtok": "15"},
+        actor=platform_actor,
+        price=price_book[("vertex", "gemini-2.5-pro")],
+        rates={
+            "input_per_mtok": "1.25",
+            "cached_input_per_mtok": "0.125",
+            "storage_per_mtok_hour": "4.00",
+            "output_per_mtok": "10",
+            "long_threshold_tokens": 200_000,
+            "long_input_per_mtok": "2.50",
+            "long_cached_input_per_mtok": "0.25",
+            "long_output_per_mtok": "15",
+        },
         source="storage price fix",
-    )  # fmt: skip
+    )
     result = usage_reprice(actor=platform_actor, since=T0)
     assert (result.storage_rows_changed, result.storage_delta_micros) == (1, -50_000)
     assert StorageAccrual.objects.get().cost_micros == 400_000

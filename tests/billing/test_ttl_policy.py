@@ -21,9 +21,11 @@ from billing.ttl_policy import (
 )
 
 PRO = CacheEconomics(  # gemini-2.5-pro, 100k tokens: break-even 4 queries per hour
-    tokens=100_000, miss_per_mtok=Decimal("1.25"), hit_per_mtok=Decimal("0.125"),
+    tokens=100_000,
+    miss_per_mtok=Decimal("1.25"),
+    hit_per_mtok=Decimal("0.125"),
     storage_per_mtok_hour=Decimal("4.50"),
-)  # fmt: skip
+)
 
 
 def test_ewma_update_decays_the_old_rate_and_adds_one_over_tau() -> None:
@@ -32,8 +34,9 @@ def test_ewma_update_decays_the_old_rate_and_adds_one_over_tau() -> None:
     later = ewma_update(rate_per_hour=rate, last_at=0.0, now=900.0, tau_seconds=900)
     assert later == pytest.approx(4.0 * math.exp(-1) + 4.0)
     at = datetime(2026, 3, 2, tzinfo=UTC)
-    with_datetimes = ewma_update(rate_per_hour=rate, last_at=at, now=at + timedelta(seconds=900),
-                                 tau_seconds=900)  # fmt: skip
+    with_datetimes = ewma_update(
+        rate_per_hour=rate, last_at=at, now=at + timedelta(seconds=900), tau_seconds=900
+    )
     assert with_datetimes == pytest.approx(later)
 
 
@@ -49,15 +52,16 @@ def test_ewma_converges_to_the_true_rate_of_a_steady_stream() -> None:
 def test_ewma_decay_without_hits() -> None:
     assert ewma_decay(rate_per_hour=10.0, last_at=0.0, now=900.0, tau_seconds=900) == pytest.approx(
         10 / math.e
-    )  # noqa: E501
+    )
     assert ewma_decay(rate_per_hour=10.0, last_at=None, now=5.0) == 10.0
     with pytest.raises(TypeError):
         ewma_decay(rate_per_hour=1.0, last_at=datetime.now(UTC), now=5.0)
 
 
 def test_a_cache_above_break_even_is_extended_by_the_window() -> None:
-    decision = ttl_decision(rate_per_hour=5.0, economics=PRO, remaining_ttl_seconds=30,
-                            window_seconds=3600)  # fmt: skip
+    decision = ttl_decision(
+        rate_per_hour=5.0, economics=PRO, remaining_ttl_seconds=30, window_seconds=3600
+    )
     assert (decision.action, decision.ttl_seconds, decision.allow_new_pins) == (EXTEND, 3600, True)
     # 5 hits × 100k × (1.25 − 0.125) = 562,500 µ$ saved against 450,000 µ$ of storage.
     assert decision.expected_savings_micros == Decimal("562500")
@@ -73,32 +77,43 @@ def test_a_cache_below_break_even_is_left_to_expire() -> None:
 
 
 def test_a_longer_remaining_ttl_is_never_shortened_by_an_extension() -> None:
-    decision = ttl_decision(rate_per_hour=50.0, economics=PRO, remaining_ttl_seconds=7200,
-                            window_seconds=300)  # fmt: skip
+    decision = ttl_decision(
+        rate_per_hour=50.0, economics=PRO, remaining_ttl_seconds=7200, window_seconds=300
+    )
     assert (decision.action, decision.ttl_seconds) == (EXTEND, 7200)
 
 
 def test_idle_time_caps_the_rate_so_a_finished_burst_is_not_kept() -> None:
     # A burst left a high estimate, but nothing came for 20 minutes: at most 3 per hour.
-    decision = ttl_decision(rate_per_hour=40.0, economics=PRO, remaining_ttl_seconds=0,
-                            idle_seconds=1200)  # fmt: skip
+    decision = ttl_decision(
+        rate_per_hour=40.0, economics=PRO, remaining_ttl_seconds=0, idle_seconds=1200
+    )
     assert decision.action == EXPIRE
 
 
 def test_near_the_budget_ttls_are_shortened_and_new_pins_refused() -> None:
-    decision = ttl_decision(rate_per_hour=100.0, economics=PRO, remaining_ttl_seconds=3600,
-                            budget_used_fraction=Decimal("0.93"))  # fmt: skip
+    decision = ttl_decision(
+        rate_per_hour=100.0,
+        economics=PRO,
+        remaining_ttl_seconds=3600,
+        budget_used_fraction=Decimal("0.93"),
+    )
     assert (decision.action, decision.ttl_seconds, decision.allow_new_pins) == (SHORTEN, 300, False)
-    short = ttl_decision(rate_per_hour=100.0, economics=PRO, remaining_ttl_seconds=60,
-                         budget_used_fraction=0.95)  # fmt: skip
+    short = ttl_decision(
+        rate_per_hour=100.0, economics=PRO, remaining_ttl_seconds=60, budget_used_fraction=0.95
+    )
     assert (short.action, short.ttl_seconds) == (EXPIRE, 60)
     assert pin_allowed(budget_used_fraction=Decimal("0.89"))
     assert not pin_allowed(budget_used_fraction=0.9)
 
 
 def test_a_cache_whose_hits_save_nothing_always_expires() -> None:
-    free = CacheEconomics(tokens=1_000, miss_per_mtok=Decimal(1), hit_per_mtok=Decimal(1),
-                          storage_per_mtok_hour=Decimal(0))  # fmt: skip
+    free = CacheEconomics(
+        tokens=1_000,
+        miss_per_mtok=Decimal(1),
+        hit_per_mtok=Decimal(1),
+        storage_per_mtok_hour=Decimal(0),
+    )
     assert ttl_decision(rate_per_hour=1e6, economics=free, remaining_ttl_seconds=0).action == EXPIRE
     assert free.breakeven_rate_per_hour() == Decimal("Infinity")
 

@@ -23,18 +23,26 @@ pytestmark = pytest.mark.django_db
 
 def _record(tenant, request_id: str, **overrides) -> None:
     fields = {
-        "tenant": tenant, "request_id": request_id, "provider": "vertex",
-        "model": "gemini-2.5-pro", "occurred_at": T0, "prompt_tokens": 100_000,
-        "cached_read_tokens": 90_000, "output_tokens": 1_000, "ttft_ms": 140,
-        "latency_ms": 2_300, "cache_id": "cache-1", "worker": "vertex:us-central1",
-    }  # fmt: skip
+        "tenant": tenant,
+        "request_id": request_id,
+        "provider": "vertex",
+        "model": "gemini-2.5-pro",
+        "occurred_at": T0,
+        "prompt_tokens": 100_000,
+        "cached_read_tokens": 90_000,
+        "output_tokens": 1_000,
+        "ttft_ms": 140,
+        "latency_ms": 2_300,
+        "cache_id": "cache-1",
+        "worker": "vertex:us-central1",
+    }
     fields.update(overrides)
     usage_record(**fields)
 
 
 def test_the_request_path_only_appends_to_redis(
     tenant_a, price_book, usage_queue, django_assert_num_queries
-) -> None:  # noqa: E501
+) -> None:
     with django_assert_num_queries(0):
         _record(tenant_a, "req-1")
     assert usage_queue.llen(queue_key()) == 1
@@ -43,11 +51,18 @@ def test_the_request_path_only_appends_to_redis(
 
 def test_flush_writes_priced_rows_and_minute_and_day_rollups(
     tenant_a, price_book, usage_queue
-) -> None:  # noqa: E501
+) -> None:
     _record(tenant_a, "req-1")
     _record(tenant_a, "req-2", occurred_at=T0 + timedelta(seconds=30), stream=True)
-    _record(tenant_a, "req-3", occurred_at=T0 + timedelta(minutes=1), status="upstream_error",
-            prompt_tokens=0, cached_read_tokens=0, output_tokens=0)  # fmt: skip
+    _record(
+        tenant_a,
+        "req-3",
+        occurred_at=T0 + timedelta(minutes=1),
+        status="upstream_error",
+        prompt_tokens=0,
+        cached_read_tokens=0,
+        output_tokens=0,
+    )
     result = usage_flush()
     assert (result.inserted, result.duplicates, result.unpriced) == (3, 0, 0)
     assert usage_queue.llen(queue_key()) == 0
@@ -100,18 +115,33 @@ def test_a_batch_claimed_by_a_worker_that_died_is_flushed_later(
 def test_rows_without_a_price_are_kept_at_zero_until_a_reprice_finds_one(
     tenant_a, price_book, usage_queue, platform_actor
 ) -> None:
-    _record(tenant_a, "req-x", provider="openai", model="gpt-unknown", prompt_tokens=1_000,
-            cached_read_tokens=0, output_tokens=0)  # fmt: skip
+    _record(
+        tenant_a,
+        "req-x",
+        provider="openai",
+        model="gpt-unknown",
+        prompt_tokens=1_000,
+        cached_read_tokens=0,
+        output_tokens=0,
+    )
     assert usage_flush().unpriced == 1
     row = UsageRecord.objects.get(request_id="req-x")
     assert (row.cost_micros, row.price_version_id) == (0, None)
     ModelPrice.objects.create(
-        provider="openai", model="gpt-unknown", version=1, effective_from=T0 - timedelta(days=1),
-        input_per_mtok=2, cached_input_per_mtok=1, cache_write_5m_per_mtok=2,
-        cache_write_1h_per_mtok=2, output_per_mtok=8, source="test",
-    )  # fmt: skip
-    call_command("billing", "reprice", "--since", (T0 - timedelta(hours=1)).isoformat(),
-                 stdout=StringIO())  # fmt: skip
+        provider="openai",
+        model="gpt-unknown",
+        version=1,
+        effective_from=T0 - timedelta(days=1),
+        input_per_mtok=2,
+        cached_input_per_mtok=1,
+        cache_write_5m_per_mtok=2,
+        cache_write_1h_per_mtok=2,
+        output_per_mtok=8,
+        source="test",
+    )
+    call_command(
+        "billing", "reprice", "--since", (T0 - timedelta(hours=1)).isoformat(), stdout=StringIO()
+    )
     row.refresh_from_db()
     assert row.cost_micros == 2_000
     assert UsageRollup.objects.get(granularity=Granularity.DAY).cost_micros == 2_000
@@ -127,21 +157,29 @@ def test_a_reprice_after_a_price_fix_updates_rows_and_rollups_and_is_audited(
     # The 2.5 Pro cached rate was entered wrong; the fix: 0.125 → 0.10.
     pro = price_book[("vertex", "gemini-2.5-pro")]
     model_price_correct(
-        actor=platform_actor, price=pro,
-        rates={"input_per_mtok": "1.25", "cached_input_per_mtok": "0.10",
-               "storage_per_mtok_hour": "4.50", "output_per_mtok": "10",
-               "long_threshold_tokens": 200_000, "long_input_per_mtok": "2.50",
-               "long_cached_input_per_mtok": "0.25", "long_output_per_mtok": "15"},
+        actor=platform_actor,
+        price=pro,
+        rates={
+            "input_per_mtok": "1.25",
+            "cached_input_per_mtok": "0.10",
+            "storage_per_mtok_hour": "4.50",
+            "output_per_mtok": "10",
+            "long_threshold_tokens": 200_000,
+            "long_input_per_mtok": "2.50",
+            "long_cached_input_per_mtok": "0.25",
+            "long_output_per_mtok": "15",
+        },
         source="price fix",
-    )  # fmt: skip
+    )
     out = StringIO()
-    call_command("billing", "reprice", "--since", T0.isoformat(), "--tenant", tenant_a.slug,
-                 stdout=out)  # fmt: skip
+    call_command(
+        "billing", "reprice", "--since", T0.isoformat(), "--tenant", tenant_a.slug, stdout=out
+    )
     assert "Repriced 2 of 2 usage rows (delta -4500" in out.getvalue()
     # 12,500 + 90,000 × 0.10 + 10,000 = 31,500 (was 33,750)
     assert set(
         UsageRecord.objects.filter(tenant=tenant_a).values_list("cost_micros", flat=True)
-    ) == {31_500}  # noqa: E501
+    ) == {31_500}
     assert UsageRecord.objects.get(request_id="b-1").cost_micros == 33_750  # other tenant
     day_a = UsageRollup.objects.get(tenant=tenant_a, granularity=Granularity.DAY)
     assert (day_a.cost_micros, day_a.requests) == (63_000, 2)

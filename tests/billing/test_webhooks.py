@@ -30,7 +30,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server API
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 receiver.received.append((dict(self.headers), body))
                 status = receiver.statuses.pop(0) if receiver.statuses else 200
@@ -38,7 +38,7 @@ class Receiver:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            def log_message(self, *args) -> None:  # noqa: ANN002
+            def log_message(self, *args) -> None:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -61,18 +61,31 @@ def receiver():
 
 
 def _cross_threshold(tenant, admin, actor, url: str):
-    budget = budget_create(actor=actor, tenant=tenant, name="b", period="month",
-                           limit_micros=1_000_000, thresholds=[50], webhook_url=url)  # fmt: skip
+    budget = budget_create(
+        actor=actor,
+        tenant=tenant,
+        name="b",
+        period="month",
+        limit_micros=1_000_000,
+        thresholds=[50],
+        webhook_url=url,
+    )
     secret = budget.webhook_secret  # shown once, at creation
-    hold = budget_reserve(tenant=tenant, principal=admin, estimate_micros=600_000,
-                          request_id="r1")  # fmt: skip
+    hold = budget_reserve(tenant=tenant, principal=admin, estimate_micros=600_000, request_id="r1")
     budget_settle(reservation=hold, actual_micros=600_000)
     return BudgetAlert.objects.select_related("budget", "period", "tenant").get(), secret
 
 
 def _cross_threshold_again(tenant, admin, actor, url: str):
-    budget = budget_create(actor=actor, tenant=tenant, name="b2", period="day",
-                           limit_micros=1_000_000, thresholds=[10], webhook_url=url)  # fmt: skip
+    budget = budget_create(
+        actor=actor,
+        tenant=tenant,
+        name="b2",
+        period="day",
+        limit_micros=1_000_000,
+        thresholds=[10],
+        webhook_url=url,
+    )
     hold = budget_reserve(tenant=tenant, principal=admin, estimate_micros=0, request_id="r2")
     budget_settle(reservation=hold, actual_micros=200_000)
     return BudgetAlert.objects.select_related("budget", "period", "tenant").get(
@@ -99,8 +112,10 @@ def test_the_alert_webhook_is_signed_with_the_budget_secret_and_delivered_once(
     assert headers["X-Cacheplane-Delivery"] == str(alert.pk)
     payload = json.loads(body)
     assert (payload["type"], payload["threshold_percent"], payload["spent_micros"]) == (
-        "billing.budget.threshold_crossed", 50, 600_000,
-    )  # fmt: skip
+        "billing.budget.threshold_crossed",
+        50,
+        600_000,
+    )
     assert payload["tenant"] == tenant_a.slug
     alert.refresh_from_db()
     assert alert.webhook_state == WebhookState.DELIVERED and alert.webhook_attempts == 1

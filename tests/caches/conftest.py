@@ -12,8 +12,11 @@ def big_content(seed: str = "contract", *, documents: int = 2, words: int = 900)
             {"name": "cite", "description": "Cite a clause", "parameters": {}},
         ],
         "documents": [
-            {"id": f"{seed}-doc-{n}", "chunk": 0,
-             "text": " ".join(f"clause{n}_{i}" for i in range(words))}
+            {
+                "id": f"{seed}-doc-{n}",
+                "chunk": 0,
+                "text": " ".join(f"clause{n}_{i}" for i in range(words)),
+            }
             for n in range(documents)
         ],
-    }  # fmt: skip
+    }

@@ -15,8 +15,13 @@ pytestmark = pytest.mark.django_db
 
 
 def _body(**overrides) -> dict:
-    body = {"name": "contracts", "provider": "vertex", "model": "gemini-2.5-flash",
-            "content": big_content(), "ttl_seconds": 3600}  # fmt: skip
+    body = {
+        "name": "contracts",
+        "provider": "vertex",
+        "model": "gemini-2.5-flash",
+        "content": big_content(),
+        "ttl_seconds": 3600,
+    }
     body.update(overrides)
     return body
 
@@ -50,8 +55,9 @@ def test_idempotency_key_replay_returns_the_original_operation(api, vertex, tena
     replay = api.post(_url(tenant_a), _body(), format="json", HTTP_IDEMPOTENCY_KEY="abc-1")
     assert first.status_code == 202 and replay.status_code == 200
     assert replay.json()["id"] == first.json()["id"]
-    clash = api.post(_url(tenant_a), _body(content=big_content("x")), format="json",
-                     HTTP_IDEMPOTENCY_KEY="abc-1")  # fmt: skip
+    clash = api.post(
+        _url(tenant_a), _body(content=big_content("x")), format="json", HTTP_IDEMPOTENCY_KEY="abc-1"
+    )
     assert clash.status_code == 409
     assert clash.json()["error"]["code"] == "idempotency_key_reused"
     assert CacheObject.objects.count() == 1
@@ -83,8 +89,9 @@ def test_bad_create_input_is_4xx_with_a_code_and_nothing_written(
 
 def test_below_minimum_error_names_the_minimum(api, vertex, tenant_a, admin_a) -> None:
     api.force_login(admin_a)
-    response = api.post(_url(tenant_a), _body(content={"system_instruction": "short"}),
-                        format="json")  # fmt: skip
+    response = api.post(
+        _url(tenant_a), _body(content={"system_instruction": "short"}), format="json"
+    )
     error = response.json()["error"]
     assert error["details"]["minimum"] == 1024 and "1024" in error["message"]
 
@@ -106,11 +113,11 @@ def test_extend_policy_and_evict_over_the_api(api, vertex, tenant_a, admin_a) ->
     api.force_login(admin_a)
     op = api.post(_url(tenant_a), _body(), format="json").json()
     operation_execute(operation_id=op["id"])
-    extend = api.post(_url(tenant_a, f"/{op['cache']}/extend"), {"ttl_seconds": 0},
-                      format="json")  # fmt: skip
+    extend = api.post(_url(tenant_a, f"/{op['cache']}/extend"), {"ttl_seconds": 0}, format="json")
     assert extend.status_code == 400 and extend.json()["error"]["code"] == "invalid_ttl"
-    extend = api.post(_url(tenant_a, f"/{op['cache']}/extend"), {"ttl_seconds": 7200},
-                      format="json")  # fmt: skip
+    extend = api.post(
+        _url(tenant_a, f"/{op['cache']}/extend"), {"ttl_seconds": 7200}, format="json"
+    )
     assert extend.status_code == 202
     operation_execute(operation_id=extend.json()["id"])
     policy = api.post(

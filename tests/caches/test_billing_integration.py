@@ -21,8 +21,13 @@ pytestmark = pytest.mark.django_db
 
 
 def _spec(**kw) -> lifecycle.CacheSpec:
-    values = {"name": "contracts", "provider": "vertex", "model": "gemini-2.5-pro",
-              "content": big_content(words=1500), "ttl_seconds": 86400}  # fmt: skip
+    values = {
+        "name": "contracts",
+        "provider": "vertex",
+        "model": "gemini-2.5-pro",
+        "content": big_content(words=1500),
+        "ttl_seconds": 86400,
+    }
     values.update(kw)
     return lifecycle.CacheSpec(**values)
 
@@ -30,8 +35,14 @@ def _spec(**kw) -> lifecycle.CacheSpec:
 def test_a_cache_whose_ttl_storage_exceeds_the_budget_is_refused_with_nothing_sent(
     vertex, tenant_a, admin_a
 ) -> None:
-    budget_create(actor=actor_for(admin_a), tenant=tenant_a, name="tiny", period="month",
-                  limit_micros=1_000, hard_limit=True)  # fmt: skip
+    budget_create(
+        actor=actor_for(admin_a),
+        tenant=tenant_a,
+        name="tiny",
+        period="month",
+        limit_micros=1_000,
+        hard_limit=True,
+    )
     with pytest.raises(BudgetExceeded) as raised:
         lifecycle.cache_create(tenant=tenant_a, actor=actor_for(admin_a), spec=_spec())
     assert raised.value.http_status == 402
@@ -40,8 +51,14 @@ def test_a_cache_whose_ttl_storage_exceeds_the_budget_is_refused_with_nothing_se
 
 
 def test_storage_is_held_accrued_and_settled_when_the_cache_ends(vertex, tenant_a, admin_a) -> None:
-    budget_create(actor=actor_for(admin_a), tenant=tenant_a, name="ok", period="month",
-                  limit_micros=100_000_000, hard_limit=True)  # fmt: skip
+    budget_create(
+        actor=actor_for(admin_a),
+        tenant=tenant_a,
+        name="ok",
+        period="month",
+        limit_micros=100_000_000,
+        hard_limit=True,
+    )
     outcome = lifecycle.cache_create(tenant=tenant_a, actor=actor_for(admin_a), spec=_spec())
     operation_execute(operation_id=str(outcome.operation.pk))
     cache = CacheObject.objects.get(pk=outcome.operation.cache_id)

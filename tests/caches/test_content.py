@@ -6,18 +6,28 @@ from caches.content import CacheContent, content_lint
 
 
 def test_equal_content_in_any_order_has_one_digest_and_one_prefix() -> None:
-    a = CacheContent.from_dict({
-        "system_instruction": "Be terse.",
-        "tools": [{"name": "b"}, {"name": "a"}],
-        "documents": [{"id": "d2", "chunk": 1, "text": "x"}, {"id": "d1", "chunk": 0, "text": "y"},
-                      {"id": "d2", "chunk": 0, "text": "z"}],
-    })  # fmt: skip
-    b = CacheContent.from_dict({
-        "system_instruction": "Be terse.",
-        "tools": [{"name": "a"}, {"name": "b"}],
-        "documents": [{"id": "d1", "chunk": 0, "text": "y"}, {"id": "d2", "chunk": 0, "text": "z"},
-                      {"id": "d2", "chunk": 1, "text": "x"}],
-    })  # fmt: skip
+    a = CacheContent.from_dict(
+        {
+            "system_instruction": "Be terse.",
+            "tools": [{"name": "b"}, {"name": "a"}],
+            "documents": [
+                {"id": "d2", "chunk": 1, "text": "x"},
+                {"id": "d1", "chunk": 0, "text": "y"},
+                {"id": "d2", "chunk": 0, "text": "z"},
+            ],
+        }
+    )
+    b = CacheContent.from_dict(
+        {
+            "system_instruction": "Be terse.",
+            "tools": [{"name": "a"}, {"name": "b"}],
+            "documents": [
+                {"id": "d1", "chunk": 0, "text": "y"},
+                {"id": "d2", "chunk": 0, "text": "z"},
+                {"id": "d2", "chunk": 1, "text": "x"},
+            ],
+        }
+    )
     assert a.digest() == b.digest()
     assert a.render_prefix() == b.render_prefix()
     prefix = a.render_prefix()
@@ -32,12 +42,17 @@ def test_any_content_change_changes_the_digest() -> None:
 
 
 def test_lint_flags_timestamps_uuids_and_session_ids_with_their_location() -> None:
-    content = CacheContent.from_dict({
-        "system_instruction": "Current time: 2026-11-30T10:00:00Z. Be helpful.",
-        "documents": [
-            {"id": "kb", "text": "session_id: 9f8e7d trace 3fa85f64-5717-4562-b3fc-2c963f66afa6"}
-        ],
-    })  # fmt: skip
+    content = CacheContent.from_dict(
+        {
+            "system_instruction": "Current time: 2026-11-30T10:00:00Z. Be helpful.",
+            "documents": [
+                {
+                    "id": "kb",
+                    "text": "session_id: 9f8e7d trace 3fa85f64-5717-4562-b3fc-2c963f66afa6",
+                }
+            ],
+        }
+    )
     findings = content_lint(content)
     kinds = {(f.kind, f.location) for f in findings}
     assert ("timestamp", "system_instruction") in kinds

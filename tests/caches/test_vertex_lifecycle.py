@@ -35,8 +35,13 @@ pytestmark = pytest.mark.django_db
 
 
 def _spec(**overrides) -> lifecycle.CacheSpec:
-    values = {"name": "contracts", "provider": "vertex", "model": "gemini-2.5-flash",
-              "content": big_content(), "ttl_seconds": 3600}  # fmt: skip
+    values = {
+        "name": "contracts",
+        "provider": "vertex",
+        "model": "gemini-2.5-flash",
+        "content": big_content(),
+        "ttl_seconds": 3600,
+    }
     values.update(overrides)
     return lifecycle.CacheSpec(**values)
 
@@ -111,10 +116,12 @@ def test_same_content_and_model_reuses_the_live_cache_within_a_tenant_only(
 
 
 def test_idempotency_key_replays_and_refuses_a_different_body(vertex, tenant_a, admin_a) -> None:
-    first = lifecycle.cache_create(tenant=tenant_a, actor=actor_for(admin_a), spec=_spec(),
-                                   idempotency_key="k-123")  # fmt: skip
-    replay = lifecycle.cache_create(tenant=tenant_a, actor=actor_for(admin_a), spec=_spec(),
-                                    idempotency_key="k-123")  # fmt: skip
+    first = lifecycle.cache_create(
+        tenant=tenant_a, actor=actor_for(admin_a), spec=_spec(), idempotency_key="k-123"
+    )
+    replay = lifecycle.cache_create(
+        tenant=tenant_a, actor=actor_for(admin_a), spec=_spec(), idempotency_key="k-123"
+    )
     assert replay.operation.pk == first.operation.pk and not replay.created
     with pytest.raises(IdempotencyKeyReused):
         lifecycle.cache_create(
@@ -163,8 +170,9 @@ def test_oversized_content_is_refused(vertex, tenant_a, admin_a, settings) -> No
 def test_gcs_uris_from_the_allow_list_are_sent_as_file_data(vertex, tenant_a, admin_a) -> None:
     TenantCacheSettings.objects.create(tenant=tenant_a, gcs_bucket_allow_list=["acme-docs"])
     content = big_content()
-    content["documents"].append({"id": "zz-pdf", "uri": "gs://acme-docs/msa.pdf",
-                                 "mime_type": "application/pdf"})  # fmt: skip
+    content["documents"].append(
+        {"id": "zz-pdf", "uri": "gs://acme-docs/msa.pdf", "mime_type": "application/pdf"}
+    )
     cache = _run(_create(tenant_a, admin_a, content=content))
     assert cache.state == CacheState.ACTIVE
     parts = vertex.create_requests()[0].body["contents"][0]["parts"]
@@ -173,8 +181,9 @@ def test_gcs_uris_from_the_allow_list_are_sent_as_file_data(vertex, tenant_a, ad
 
 
 def test_tenant_with_its_own_project_gets_caches_there(vertex, tenant_a, admin_a) -> None:
-    TenantCacheSettings.objects.create(tenant=tenant_a, vertex_project="acme-gcp",
-                                       vertex_location="europe-west4")  # fmt: skip
+    TenantCacheSettings.objects.create(
+        tenant=tenant_a, vertex_project="acme-gcp", vertex_location="europe-west4"
+    )
     cache = _run(_create(tenant_a, admin_a))
     assert cache.remote_name.startswith("projects/acme-gcp/locations/europe-west4/")
 
@@ -258,9 +267,14 @@ def test_orphans_with_our_prefix_are_reported_or_deleted_by_policy(
     from caches.providers.vertex_emulator.sdk_client import genai_client_for
 
     client = genai_client_for(vertex.base_url)
-    client.caches.create(model="gemini-2.5-flash", config={
-        "display_name": "cacheplane-00000000-0000-0000-0000-000000000000",
-        "system_instruction": "x " * 3000, "ttl": "600s"})  # fmt: skip
+    client.caches.create(
+        model="gemini-2.5-flash",
+        config={
+            "display_name": "cacheplane-00000000-0000-0000-0000-000000000000",
+            "system_instruction": "x " * 3000,
+            "ttl": "600s",
+        },
+    )
     client.caches.create(
         model="gemini-2.5-flash",
         config={"display_name": "someone-else", "system_instruction": "y " * 3000, "ttl": "600s"},
@@ -287,8 +301,15 @@ def test_sliding_cache_used_recently_is_extended_unused_one_is_left_to_expire(
     vertex, tenant_a, admin_a
 ) -> None:
     used = _run(_create(tenant_a, admin_a, name="used", ttl_policy=TtlPolicy.SLIDING))
-    idle = _run(_create(tenant_a, admin_a, name="idle", ttl_policy=TtlPolicy.SLIDING,
-                        content=big_content("idle")))  # fmt: skip
+    idle = _run(
+        _create(
+            tenant_a,
+            admin_a,
+            name="idle",
+            ttl_policy=TtlPolicy.SLIDING,
+            content=big_content("idle"),
+        )
+    )
     now = timezone.now()
     CacheObject.objects.filter(pk__in=[used.pk, idle.pk]).update(next_refresh_at=now)
     CacheObject.objects.filter(pk=used.pk).update(last_hit_at=now)

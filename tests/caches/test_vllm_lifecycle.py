@@ -34,23 +34,32 @@ def workers(db):
         rows = []
         for n in range(2):
             running = stack.enter_context(
-                serve(tiny_config(num_blocks=256, max_model_len=1024,
-                                  enable_prompt_tokens_details=True))
-            )  # fmt: skip
+                serve(
+                    tiny_config(
+                        num_blocks=256, max_model_len=1024, enable_prompt_tokens_details=True
+                    )
+                )
+            )
             rows.append(
                 Worker.objects.create(
                     name=f"w{n}", base_url=running.base_url, model=MODEL, block_size=16
-                )  # fmt: skip
+                )
             )
         yield rows
 
 
 def _create(tenant, admin, **overrides):
-    values = {"name": "support", "provider": "vllm", "model": MODEL, "content": CONTENT,
-              "ttl_seconds": 900}  # fmt: skip
+    values = {
+        "name": "support",
+        "provider": "vllm",
+        "model": MODEL,
+        "content": CONTENT,
+        "ttl_seconds": 900,
+    }
     values.update(overrides)
-    outcome = lifecycle.cache_create(tenant=tenant, actor=actor_for(admin),
-                                     spec=lifecycle.CacheSpec(**values))  # fmt: skip
+    outcome = lifecycle.cache_create(
+        tenant=tenant, actor=actor_for(admin), spec=lifecycle.CacheSpec(**values)
+    )
     operation_execute(operation_id=str(outcome.operation.pk))
     return CacheObject.objects.get(pk=outcome.operation.cache_id)
 
@@ -143,9 +152,10 @@ def test_unreachable_workers_are_a_transient_error(workers, tenant_a, admin_a) -
         worker.base_url = f"http://127.0.0.{n + 1}:9"  # nothing listens on port 9
         worker.save()
     outcome = lifecycle.cache_create(
-        tenant=tenant_a, actor=actor_for(admin_a),
+        tenant=tenant_a,
+        actor=actor_for(admin_a),
         spec=lifecycle.CacheSpec(name="s", provider="vllm", model=MODEL, content=CONTENT),
-    )  # fmt: skip
+    )
     with pytest.raises(TransientProviderError):
         operation_execute(operation_id=str(outcome.operation.pk))
     assert CacheOperation.objects.get(pk=outcome.operation.pk).status == "pending"

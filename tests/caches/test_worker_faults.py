@@ -36,24 +36,43 @@ def _start_worker(vertex, tmp_path: Path, name: str) -> subprocess.Popen:
     from django.conf import settings
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env.update({
-        "DATABASE_URL": _database_url(),
-        "REDIS_URL": settings.REDIS_URL,
-        "CACHEPLANE_VERTEX_BASE_URL": vertex.base_url,
-        "CACHEPLANE_VERTEX_STATIC_TOKEN": "test-token",
-        "CACHEPLANE_VERTEX_PROJECT": "p1",
-        "CACHEPLANE_VERTEX_LOCATION": "us-central1",
-        "CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY": "0.01",
-        "CACHEPLANE_OPERATION_LEASE_SECONDS": "1",
-        "CACHEPLANE_LOG_FORMAT": "console",
-    })  # fmt: skip
+    env.update(
+        {
+            "DATABASE_URL": _database_url(),
+            "REDIS_URL": settings.REDIS_URL,
+            "CACHEPLANE_VERTEX_BASE_URL": vertex.base_url,
+            "CACHEPLANE_VERTEX_STATIC_TOKEN": "test-token",
+            "CACHEPLANE_VERTEX_PROJECT": "p1",
+            "CACHEPLANE_VERTEX_LOCATION": "us-central1",
+            "CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY": "0.01",
+            "CACHEPLANE_OPERATION_LEASE_SECONDS": "1",
+            "CACHEPLANE_LOG_FORMAT": "console",
+        }
+    )
     log = (tmp_path / f"{name}.log").open("wb")
     return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "solo",
-         "--hostname", f"{name}@test", "--without-heartbeat", "--without-mingle",
-         "--without-gossip", "--loglevel", "INFO"],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "controlplane",
+            "worker",
+            "--pool",
+            "solo",
+            "--hostname",
+            f"{name}@test",
+            "--without-heartbeat",
+            "--without-mingle",
+            "--without-gossip",
+            "--loglevel",
+            "INFO",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _wait(predicate, timeout: float, what: str) -> None:
@@ -82,13 +101,22 @@ def test_a_real_worker_creates_the_cache_from_the_enqueued_task(
     worker = _start_worker(vertex, tmp_path, "happy")
     try:
         outcome = lifecycle.cache_create(
-            tenant=tenant_a, actor=actor_for(admin_a),
-            spec=lifecycle.CacheSpec(name="c", provider="vertex", model="gemini-2.5-flash",
-                                     content=big_content(), ttl_seconds=600),
-        )  # fmt: skip
+            tenant=tenant_a,
+            actor=actor_for(admin_a),
+            spec=lifecycle.CacheSpec(
+                name="c",
+                provider="vertex",
+                model="gemini-2.5-flash",
+                content=big_content(),
+                ttl_seconds=600,
+            ),
+        )
         cache_id = outcome.operation.cache_id
-        _wait(lambda: CacheObject.objects.get(pk=cache_id).state == CacheState.ACTIVE, 60,
-              "the worker to activate the cache")  # fmt: skip
+        _wait(
+            lambda: CacheObject.objects.get(pk=cache_id).state == CacheState.ACTIVE,
+            60,
+            "the worker to activate the cache",
+        )
     finally:
         _stop(worker)
     assert len(vertex.stored_caches()) == 1
@@ -105,10 +133,16 @@ def test_kill_9_during_create_then_reconcile_leaves_exactly_one_remote_cache(
     second = None
     try:
         outcome = lifecycle.cache_create(
-            tenant=tenant_a, actor=actor_for(admin_a),
-            spec=lifecycle.CacheSpec(name="c", provider="vertex", model="gemini-2.5-flash",
-                                     content=big_content(), ttl_seconds=600),
-        )  # fmt: skip
+            tenant=tenant_a,
+            actor=actor_for(admin_a),
+            spec=lifecycle.CacheSpec(
+                name="c",
+                provider="vertex",
+                model="gemini-2.5-flash",
+                content=big_content(),
+                ttl_seconds=600,
+            ),
+        )
         _wait(lambda: len(vertex.stored_caches()) == 1, 60, "the remote create")
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=10)
@@ -127,8 +161,14 @@ def test_kill_9_during_create_then_reconcile_leaves_exactly_one_remote_cache(
             "the lease",
         )
         assert reconcile.operations_requeue_stuck() == 1
-        _wait(lambda: CacheObject.objects.get(pk=op.cache_id).state in
-              (CacheState.ACTIVE, CacheState.FAILED), 60, "a terminal state")  # fmt: skip
+        _wait(
+            lambda: (
+                CacheObject.objects.get(pk=op.cache_id).state
+                in (CacheState.ACTIVE, CacheState.FAILED)
+            ),
+            60,
+            "a terminal state",
+        )
     finally:
         _stop(first)
         if second is not None:

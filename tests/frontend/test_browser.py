@@ -18,8 +18,13 @@ from tests.conftest import REF_MODEL
 
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = Path(__file__).resolve().parents[2] / "frontend" / "screenshots"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run"]  # fmt: skip
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -95,15 +100,24 @@ def test_login_and_see_the_platform_overview(page, live_server_url, ref_workers,
     page.screenshot(path=str(SHOTS / "workers.png"), full_page=True)
 
 
-def test_gateway_traffic_moves_hit_rate_and_spend_live(page, live_server_url, ref_workers,
-                                                       tenant_keys):  # fmt: skip
+def test_gateway_traffic_moves_hit_rate_and_spend_live(
+    page, live_server_url, ref_workers, tenant_keys
+):
     from billing.services.prices import pool_price_create
     from billing.services.usage import usage_flush
     from tests.factories import actor_for
 
-    pool_price_create(actor=actor_for(None), pool="default", source="test", rates={
-        "gpu_hour_usd": "4.00", "prefill_tokens_per_gpu_second": "2000",
-        "decode_tokens_per_gpu_second": "50", "kv_blocks_per_gpu": 4096})  # fmt: skip
+    pool_price_create(
+        actor=actor_for(None),
+        pool="default",
+        source="test",
+        rates={
+            "gpu_hour_usd": "4.00",
+            "prefill_tokens_per_gpu_second": "2000",
+            "decode_tokens_per_gpu_second": "50",
+            "kv_blocks_per_gpu": 4096,
+        },
+    )
     acme = tenant_keys["gw-acme"]
     _user("acme-admin", "tenant.admin", acme["tenant"])
     _login(page, live_server_url, "acme-admin")
@@ -113,8 +127,9 @@ def test_gateway_traffic_moves_hit_rate_and_spend_live(page, live_server_url, re
     client = openai.OpenAI(base_url=f"{live_server_url}/v1", api_key=acme["key"], max_retries=0)
     prompt = "Explain our refund policy to a customer, step by step. " * 10
     for _ in range(4):
-        client.chat.completions.create(model=REF_MODEL, max_tokens=2,
-                                       messages=[{"role": "user", "content": prompt}])  # fmt: skip
+        client.chat.completions.create(
+            model=REF_MODEL, max_tokens=2, messages=[{"role": "user", "content": prompt}]
+        )
     page.wait_for_function(
         "Number(document.getElementById('tile-live-requests').textContent) >= 4", timeout=15_000
     )
@@ -127,8 +142,9 @@ def test_gateway_traffic_moves_hit_rate_and_spend_live(page, live_server_url, re
     page.screenshot(path=str(SHOTS / "tenant.png"), full_page=True)
 
 
-def test_create_a_cache_and_watch_it_go_pending_to_active(page, live_server_url, ref_workers,
-                                                          tenant_keys):  # fmt: skip
+def test_create_a_cache_and_watch_it_go_pending_to_active(
+    page, live_server_url, ref_workers, tenant_keys
+):
     from celery.contrib.testing.worker import start_worker
 
     from controlplane.celery import app
@@ -153,8 +169,9 @@ def test_create_a_cache_and_watch_it_go_pending_to_active(page, live_server_url,
     with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
         page.wait_for_function(
             f"document.querySelector(\"tr[data-cache='{create[1]['cache']}'] [data-role=state]\")"
-            ".textContent === 'active'", timeout=30_000,
-        )  # fmt: skip
+            ".textContent === 'active'",
+            timeout=30_000,
+        )
     page.goto(f"{live_server_url}/t/gw-acme/caches/{create[1]['cache']}/")
     assert page.locator("#cache-state").inner_text() == "active"
     assert "creating" in page.locator("#timeline").inner_text()
@@ -166,8 +183,15 @@ def test_a_viewer_cannot_evict(page, live_server_url, ref_workers, tenant_keys):
 
     acme = tenant_keys["gw-acme"]
     cache = CacheObject.objects.create(
-        tenant=acme["tenant"], name="kb", provider="vllm", model=REF_MODEL, content={},
-        content_digest="a" * 64, ttl_seconds=600, state="active")  # fmt: skip
+        tenant=acme["tenant"],
+        name="kb",
+        provider="vllm",
+        model=REF_MODEL,
+        content={},
+        content_digest="a" * 64,
+        ttl_seconds=600,
+        state="active",
+    )
     _user("acme-viewer", "tenant.viewer", acme["tenant"])
     _login(page, live_server_url, "acme-viewer")
     page.goto(f"{live_server_url}/t/gw-acme/caches/{cache.pk}/")
@@ -182,8 +206,9 @@ def test_a_viewer_cannot_evict(page, live_server_url, ref_workers, tenant_keys):
     assert cache.state == "active"
 
 
-def test_a_user_of_tenant_b_sees_nothing_of_tenant_a(page, live_server_url, ref_workers,
-                                                     tenant_keys):  # fmt: skip
+def test_a_user_of_tenant_b_sees_nothing_of_tenant_a(
+    page, live_server_url, ref_workers, tenant_keys
+):
     _user("globex-admin", "tenant.admin", tenant_keys["gw-globex"]["tenant"])
     _login(page, live_server_url, "globex-admin")
     page.wait_for_url(re.compile(r".*/t/gw-globex/$"))

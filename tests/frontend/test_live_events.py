@@ -70,8 +70,9 @@ async def test_tenant_members_get_their_tenants_events_and_nothing_of_others() -
     intruder = communicator(bob, "live-a")
     connected, code = await intruder.connect()
     assert not connected and code == 4404
-    await sync_to_async(publish_now)(tenant_group(a.pk, "caches"), "caches.cache.state",
-                                     {"id": "x", "state": "active"})  # fmt: skip
+    await sync_to_async(publish_now)(
+        tenant_group(a.pk, "caches"), "caches.cache.state", {"id": "x", "state": "active"}
+    )
     assert (await alice_ws.receive_json_from(timeout=5))["payload"]["state"] == "active"
     assert await bob_ws.receive_nothing(timeout=0.5)
     await alice_ws.disconnect()

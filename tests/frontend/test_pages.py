@@ -16,9 +16,15 @@ pytestmark = pytest.mark.django_db
 
 def _cache(tenant, name="kb", state="active") -> CacheObject:
     return CacheObject.objects.create(
-        tenant=tenant, name=name, provider="vllm", model="m", content={},
-        content_digest=name.ljust(64, "0"), ttl_seconds=600, state=state,
-    )  # fmt: skip
+        tenant=tenant,
+        name=name,
+        provider="vllm",
+        model="m",
+        content={},
+        content_digest=name.ljust(64, "0"),
+        ttl_seconds=600,
+        state=state,
+    )
 
 
 def _login(user) -> Client:
@@ -67,8 +73,11 @@ def test_viewer_sees_no_action_buttons_and_its_post_is_refused(tenant_a) -> None
     client = _login(viewer)
     detail = client.get(f"/t/{tenant_a.slug}/caches/{cache.pk}/").content.decode()
     assert "btn-evict" not in detail and "btn-extend" not in detail
-    response = client.post(f"/api/v1/tenants/{tenant_a.slug}/caches/{cache.pk}/evict",
-                           {}, content_type="application/json")  # fmt: skip
+    response = client.post(
+        f"/api/v1/tenants/{tenant_a.slug}/caches/{cache.pk}/evict",
+        {},
+        content_type="application/json",
+    )
     assert response.status_code in (403, 404)
     cache.refresh_from_db()
     assert cache.state == "active"
@@ -77,9 +86,13 @@ def test_viewer_sees_no_action_buttons_and_its_post_is_refused(tenant_a) -> None
 def test_another_tenants_pages_are_404(admin_b, tenant_a) -> None:
     cache = _cache(tenant_a)
     client = _login(admin_b)
-    for url in (f"/t/{tenant_a.slug}/", f"/t/{tenant_a.slug}/caches/{cache.pk}/",
-                f"/t/{tenant_a.slug}/audit/", f"/t/{tenant_a.slug}/break-even/",
-                f"/api/v1/tenants/{tenant_a.slug}/console/summary"):  # fmt: skip
+    for url in (
+        f"/t/{tenant_a.slug}/",
+        f"/t/{tenant_a.slug}/caches/{cache.pk}/",
+        f"/t/{tenant_a.slug}/audit/",
+        f"/t/{tenant_a.slug}/break-even/",
+        f"/api/v1/tenants/{tenant_a.slug}/console/summary",
+    ):
         assert client.get(url).status_code == 404, url
     own_page = client.get(f"/t/{admin_b.bindings.first().tenant.slug}/").content.decode()
     # Neither A's slug nor its display name ("Tenant-A") appears, e.g. in the switcher.
@@ -120,8 +133,9 @@ def test_workers_audit_and_breakeven_pages_render(platform_admin, admin_a, tenan
 def test_workers_page_shows_pinned_prefixes_per_tenant_against_capacity(platform_admin, tenant_a):
     from workers.models import Worker
 
-    Worker.objects.create(name="w-a", base_url="http://w-a:8000", model="m", block_size=16,
-                          num_blocks=100)  # fmt: skip
+    Worker.objects.create(
+        name="w-a", base_url="http://w-a:8000", model="m", block_size=16, num_blocks=100
+    )
     c = _cache(tenant_a, name="pinned")
     c.placement, c.token_count = ["w-a"], 320
     c.save()

@@ -26,9 +26,10 @@ def _client(url: str, key: str) -> openai.OpenAI:
 
 def _make_cache(tenant_key: dict, **spec) -> str:
     outcome = lifecycle.cache_create(
-        tenant=tenant_key["tenant"], actor=actor_for(tenant_key["admin"]),
+        tenant=tenant_key["tenant"],
+        actor=actor_for(tenant_key["admin"]),
         spec=lifecycle.CacheSpec(**spec),
-    )  # fmt: skip
+    )
     operation_execute(operation_id=str(outcome.operation.pk))
     return str(outcome.operation.cache_id)
 
@@ -38,16 +39,20 @@ def test_vllm_cache_prefix_is_prepended_and_hits(live_server_url, ref_workers, t
     cache_id = _make_cache(acme, name="support", provider="vllm", model=MODEL, content=SUPPORT)
     client = _client(live_server_url, acme["key"])
     raw = client.chat.completions.with_raw_response.create(
-        model=MODEL, messages=[{"role": "user", "content": "How long do refunds take?"}],
-        max_tokens=3, extra_body={"cache": "support"},
-    )  # fmt: skip
+        model=MODEL,
+        messages=[{"role": "user", "content": "How long do refunds take?"}],
+        max_tokens=3,
+        extra_body={"cache": "support"},
+    )
     usage = raw.parse().usage
     assert usage.prompt_tokens > 400  # the prefix really was prepended
     assert usage.prompt_tokens_details.cached_tokens >= 400
     by_header = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "And exchanges?"}], max_tokens=2,
+        model=MODEL,
+        messages=[{"role": "user", "content": "And exchanges?"}],
+        max_tokens=2,
         extra_headers={"X-Cacheplane-Cache": cache_id},
-    )  # fmt: skip
+    )
     assert by_header.usage.prompt_tokens_details.cached_tokens >= 400
     from caches.models import CacheObject
     from caches.services.hits import cache_hits_flush
@@ -62,9 +67,10 @@ def test_another_tenants_cache_is_404_and_audited(live_server_url, ref_workers, 
     cache_id = _make_cache(acme, name="support", provider="vllm", model=MODEL, content=SUPPORT)
     with pytest.raises(openai.NotFoundError) as raised:
         _client(live_server_url, globex["key"]).chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "x"}],
+            model=MODEL,
+            messages=[{"role": "user", "content": "x"}],
             extra_body={"cache": cache_id},
-        )  # fmt: skip
+        )
     assert raised.value.body["code"] == "cache_not_found"
     event = AuditEvent.objects.get(action="gateway.cache.not_found")
     assert event.tenant == globex["tenant"] and event.outcome == "denied"
@@ -84,22 +90,28 @@ def test_vertex_cache_becomes_generate_content_with_cached_content(
     live_server_url, ref_workers, tenant_keys, vertex
 ):
     acme = tenant_keys["gw-acme"]
-    _make_cache(acme, name="contracts", provider="vertex", model="gemini-2.5-flash",
-                content=big_content())  # fmt: skip
+    _make_cache(
+        acme, name="contracts", provider="vertex", model="gemini-2.5-flash", content=big_content()
+    )
     client = _client(live_server_url, acme["key"])
     completion = client.chat.completions.create(
-        model="gemini-2.5-flash", messages=[{"role": "user", "content": "Clause 3?"}],
-        max_tokens=20, extra_body={"cache": "contracts"},
-    )  # fmt: skip
+        model="gemini-2.5-flash",
+        messages=[{"role": "user", "content": "Clause 3?"}],
+        max_tokens=20,
+        extra_body={"cache": "contracts"},
+    )
     assert completion.usage.prompt_tokens_details.cached_tokens > 1024
     assert completion.usage.prompt_tokens > completion.usage.prompt_tokens_details.cached_tokens
     sent = vertex.requests(path_contains=":generateContent")[-1].body
     assert sent["cachedContent"].startswith("projects/p1/locations/us-central1/cachedContents/")
     stream = client.chat.completions.create(
-        model="gemini-2.5-flash", messages=[{"role": "user", "content": "Clause 4?"}],
-        max_tokens=20, stream=True, stream_options={"include_usage": True},
+        model="gemini-2.5-flash",
+        messages=[{"role": "user", "content": "Clause 4?"}],
+        max_tokens=20,
+        stream=True,
+        stream_options={"include_usage": True},
         extra_body={"cache": "contracts"},
-    )  # fmt: skip
+    )
     chunks = list(stream)
     assert chunks[-1].usage.prompt_tokens_details.cached_tokens > 1024
 
@@ -108,15 +120,16 @@ def test_vertex_cache_with_a_system_message_is_a_clear_400(
     live_server_url, ref_workers, tenant_keys, vertex
 ):
     acme = tenant_keys["gw-acme"]
-    _make_cache(acme, name="contracts", provider="vertex", model="gemini-2.5-flash",
-                content=big_content())  # fmt: skip
+    _make_cache(
+        acme, name="contracts", provider="vertex", model="gemini-2.5-flash", content=big_content()
+    )
     before = len(vertex.requests(path_contains=":generateContent"))
     with pytest.raises(openai.BadRequestError) as raised:
         _client(live_server_url, acme["key"]).chat.completions.create(
-            model="gemini-2.5-flash", extra_body={"cache": "contracts"},
-            messages=[{"role": "system", "content": "Be brief."},
-                      {"role": "user", "content": "x"}],
-        )  # fmt: skip
+            model="gemini-2.5-flash",
+            extra_body={"cache": "contracts"},
+            messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "x"}],
+        )
     assert raised.value.body["code"] == "cache_conflicts_with_system_or_tools"
     assert len(vertex.requests(path_contains=":generateContent")) == before
 
@@ -131,17 +144,31 @@ def test_over_budget_is_402_and_nothing_is_forwarded(
     acme = tenant_keys["gw-acme"]
     if not ModelPrice.objects.filter(provider="vertex", model="gemini-2.5-flash").exists():
         # Transactional tests flush the price book the migration seeded.
-        model_price_create(actor=actor_for(None), provider="vertex", model="gemini-2.5-flash",
-                           source="test", rates={"input_per_mtok": "0.30",
-                                                 "cached_input_per_mtok": "0.03",
-                                                 "output_per_mtok": "2.50"})  # fmt: skip
-    budget_create(actor=actor_for(acme["admin"]), tenant=acme["tenant"], name="tight",
-                  period="month", limit_micros=1, hard_limit=True)  # fmt: skip
+        model_price_create(
+            actor=actor_for(None),
+            provider="vertex",
+            model="gemini-2.5-flash",
+            source="test",
+            rates={
+                "input_per_mtok": "0.30",
+                "cached_input_per_mtok": "0.03",
+                "output_per_mtok": "2.50",
+            },
+        )
+    budget_create(
+        actor=actor_for(acme["admin"]),
+        tenant=acme["tenant"],
+        name="tight",
+        period="month",
+        limit_micros=1,
+        hard_limit=True,
+    )
     with pytest.raises(openai.APIStatusError) as raised:
         _client(live_server_url, acme["key"]).chat.completions.create(
-            model="gemini-2.5-flash", messages=[{"role": "user", "content": "hello " * 50}],
+            model="gemini-2.5-flash",
+            messages=[{"role": "user", "content": "hello " * 50}],
             max_tokens=50,
-        )  # fmt: skip
+        )
     assert raised.value.status_code == 402
     assert raised.value.body["code"] == "budget_exceeded"
     assert vertex.requests(path_contains=":generateContent") == []
@@ -155,9 +182,18 @@ def test_isolation_check_command_proves_salting_on_a_live_deployment(
     from django.core.management import call_command
 
     out = io.StringIO()
-    call_command("isolation_check", "--url", live_server_url, "--model", MODEL,
-                 "--key-a", tenant_keys["gw-acme"]["key"],
-                 "--key-b", tenant_keys["gw-globex"]["key"], stdout=out)  # fmt: skip
+    call_command(
+        "isolation_check",
+        "--url",
+        live_server_url,
+        "--model",
+        MODEL,
+        "--key-a",
+        tenant_keys["gw-acme"]["key"],
+        "--key-b",
+        tenant_keys["gw-globex"]["key"],
+        stdout=out,
+    )
     text = out.getvalue()
     assert "PASS" in text and "cross-tenant cached_tokens=0" in text
 

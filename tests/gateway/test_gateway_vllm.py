@@ -47,13 +47,17 @@ def test_repeated_prompt_hits_within_a_tenant_and_never_across(
     assert details is None or not details.cached_tokens
 
 
-def test_streaming_relays_chunks_and_usage_only_when_asked(live_server_url, ref_workers,
-                                                          tenant_keys):  # fmt: skip
+def test_streaming_relays_chunks_and_usage_only_when_asked(
+    live_server_url, ref_workers, tenant_keys
+):
     client = _client(live_server_url, tenant_keys["gw-acme"]["key"])
     stream = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": LONG_PROMPT}], max_tokens=5,
-        stream=True, stream_options={"include_usage": True},
-    )  # fmt: skip
+        model=MODEL,
+        messages=[{"role": "user", "content": LONG_PROMPT}],
+        max_tokens=5,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     assert any(c.choices and c.choices[0].delta.content is not None for c in chunks)
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5
@@ -80,16 +84,22 @@ def test_models_lists_worker_and_vertex_models(live_server_url, ref_workers, ten
 def test_client_supplied_cache_salt_is_refused(live_server_url, ref_workers, tenant_keys):
     client = _client(live_server_url, tenant_keys["gw-acme"]["key"])
     with pytest.raises(openai.BadRequestError) as raised:
-        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
-                                       extra_body={"cache_salt": "victim-salt"})  # fmt: skip
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "x"}],
+            extra_body={"cache_salt": "victim-salt"},
+        )
     assert raised.value.body["code"] == "cache_salt_not_allowed"
 
 
 @pytest.mark.parametrize(
     ("auth", "status", "code"),
-    [(None, 401, "missing_api_key"), ("Bearer cpk_bad", 401, "invalid_api_key"),
-     ("Basic abc", 401, "invalid_api_key")],
-)  # fmt: skip
+    [
+        (None, 401, "missing_api_key"),
+        ("Bearer cpk_bad", 401, "invalid_api_key"),
+        ("Basic abc", 401, "invalid_api_key"),
+    ],
+)
 def test_missing_or_malformed_keys_are_401(live_server_url, ref_workers, auth, status, code):
     headers = {"Authorization": auth} if auth else {}
     response = httpx.post(
@@ -110,14 +120,16 @@ def test_revoked_key_and_suspended_tenant_are_refused_and_audited(
     from tests.factories import actor_for
 
     acme, globex = tenant_keys["gw-acme"], tenant_keys["gw-globex"]
-    keys.api_key_revoke(actor=actor_for(acme["admin"]), tenant=acme["tenant"],
-                        key_id=str(acme["key_row"].pk))  # fmt: skip
+    keys.api_key_revoke(
+        actor=actor_for(acme["admin"]), tenant=acme["tenant"], key_id=str(acme["key_row"].pk)
+    )
     keys.key_cache.clear()
     with pytest.raises(openai.AuthenticationError) as raised:
         _chat(_client(live_server_url, acme["key"]))
     assert raised.value.body["code"] == "api_key_revoked"
-    assert AuditEvent.objects.filter(action="gateway.api_key.authenticate",
-                                     outcome="failed").exists()  # fmt: skip
+    assert AuditEvent.objects.filter(
+        action="gateway.api_key.authenticate", outcome="failed"
+    ).exists()
     tenant_set_state(actor=actor_for(None), tenant=globex["tenant"], state=TenantState.SUSPENDED)
     keys.key_cache.clear()
     with pytest.raises(openai.PermissionDeniedError) as raised:
@@ -132,8 +144,9 @@ def test_key_without_inference_invoke_is_403(live_server_url, ref_workers, tenan
 
     acme = tenant_keys["gw-acme"]
     viewer = HumanFactory()
-    RoleBinding.objects.create(tenant=acme["tenant"], principal=viewer,
-                               role=Role.objects.get(name="tenant.viewer"))  # fmt: skip
+    RoleBinding.objects.create(
+        tenant=acme["tenant"], principal=viewer, role=Role.objects.get(name="tenant.viewer")
+    )
     key = keys.api_key_create(actor=actor_for(viewer), tenant=acme["tenant"], name="mine")
     with pytest.raises(openai.PermissionDeniedError) as raised:
         _chat(_client(live_server_url, key.plaintext))
@@ -143,21 +156,46 @@ def test_key_without_inference_invoke_is_403(live_server_url, ref_workers, tenan
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [
-        ({"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}, 404,
-         "model_not_found"),
-        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 10**6},
-         400, "max_tokens_too_large"),
+        (
+            {"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]},
+            404,
+            "model_not_found",
+        ),
+        (
+            {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 10**6},
+            400,
+            "max_tokens_too_large",
+        ),
         ({"model": MODEL, "messages": []}, 400, "invalid_request"),
-        ({"model": "gemini-2.5-flash", "messages": [{"role": "user", "content": "x"}],
-          "temperature": "hot"}, 400, "invalid_request"),
-        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True,
-          "stream_options": "usage"}, 400, "invalid_request"),
-        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "cache": "nope"}, 404,
-         "cache_not_found"),
+        (
+            {
+                "model": "gemini-2.5-flash",
+                "messages": [{"role": "user", "content": "x"}],
+                "temperature": "hot",
+            },
+            400,
+            "invalid_request",
+        ),
+        (
+            {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "x"}],
+                "stream": True,
+                "stream_options": "usage",
+            },
+            400,
+            "invalid_request",
+        ),
+        (
+            {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "cache": "nope"},
+            404,
+            "cache_not_found",
+        ),
     ],
-)  # fmt: skip
-def test_bad_requests_get_clear_errors(live_server_url, ref_workers, tenant_keys, body, status,
-                                       code):  # fmt: skip
+)
+def test_bad_requests_get_clear_errors(
+    live_server_url, ref_workers, tenant_keys, body, status, code
+):
     response = httpx.post(
         f"{live_server_url}/v1/chat/completions",
         json=body,
@@ -168,10 +206,13 @@ def test_bad_requests_get_clear_errors(live_server_url, ref_workers, tenant_keys
 
 
 def test_malformed_json_and_oversized_bodies(live_server_url, ref_workers, tenant_keys, settings):
-    headers = {"Authorization": f"Bearer {tenant_keys['gw-acme']['key']}",
-               "Content-Type": "application/json"}  # fmt: skip
-    broken = httpx.post(f"{live_server_url}/v1/chat/completions", content=b'{"model": ',
-                        headers=headers)  # fmt: skip
+    headers = {
+        "Authorization": f"Bearer {tenant_keys['gw-acme']['key']}",
+        "Content-Type": "application/json",
+    }
+    broken = httpx.post(
+        f"{live_server_url}/v1/chat/completions", content=b'{"model": ', headers=headers
+    )
     assert broken.status_code == 400 and broken.json()["error"]["code"] == "malformed_json"
     settings.CACHEPLANE_GATEWAY_MAX_BODY_BYTES = 2048
     huge = httpx.post(
@@ -182,8 +223,7 @@ def test_malformed_json_and_oversized_bodies(live_server_url, ref_workers, tenan
     assert huge.status_code == 413 and huge.json()["error"]["code"] == "payload_too_large"
 
 
-def test_batch_traffic_is_shed_under_kv_memory_pressure(live_server_url, ref_workers,
-                                                         tenant_keys):  # fmt: skip
+def test_batch_traffic_is_shed_under_kv_memory_pressure(live_server_url, ref_workers, tenant_keys):
     from gateway.directory import directory
     from workers.models import Worker
 
@@ -191,16 +231,20 @@ def test_batch_traffic_is_shed_under_kv_memory_pressure(live_server_url, ref_wor
     directory.forget()
     headers = {"Authorization": f"Bearer {tenant_keys['gw-acme']['key']}"}
     body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
-    batch = httpx.post(f"{live_server_url}/v1/chat/completions", json=body,
-                       headers={**headers, "X-Cacheplane-Priority": "batch"})  # fmt: skip
+    batch = httpx.post(
+        f"{live_server_url}/v1/chat/completions",
+        json=body,
+        headers={**headers, "X-Cacheplane-Priority": "batch"},
+    )
     assert batch.status_code == 429 and batch.headers["Retry-After"] == "5"
     assert batch.json()["error"]["code"] == "kv_memory_pressure"
     interactive = httpx.post(f"{live_server_url}/v1/chat/completions", json=body, headers=headers)
     assert interactive.status_code == 200
 
 
-def test_failover_when_a_worker_is_down_and_503_when_all_are(live_server_url, ref_workers,
-                                                             tenant_keys):  # fmt: skip
+def test_failover_when_a_worker_is_down_and_503_when_all_are(
+    live_server_url, ref_workers, tenant_keys
+):
     from gateway.directory import directory
     from workers.models import Worker
 
@@ -251,12 +295,22 @@ def test_usage_goes_straight_to_the_ledger_when_the_queue_is_unreachable(tenant_
     original = metering._redis_client
     metering._redis_client = lambda: dead
     try:
-        meter_finish(Meter(
-            request_id="req-no-redis", tenant_id=str(acme["tenant"].pk), tenant_slug="gw-acme",
-            key_id=str(acme["key_row"].pk), principal_id=str(acme["sa"].pk), provider="vllm",
-            model=MODEL, stream=False, started=0.0, prompt_tokens=100, cached_tokens=64,
-            output_tokens=3,
-        ))  # fmt: skip
+        meter_finish(
+            Meter(
+                request_id="req-no-redis",
+                tenant_id=str(acme["tenant"].pk),
+                tenant_slug="gw-acme",
+                key_id=str(acme["key_row"].pk),
+                principal_id=str(acme["sa"].pk),
+                provider="vllm",
+                model=MODEL,
+                stream=False,
+                started=0.0,
+                prompt_tokens=100,
+                cached_tokens=64,
+                output_tokens=3,
+            )
+        )
     finally:
         metering._redis_client = original
     row = UsageRecord.objects.get(request_id="req-no-redis")

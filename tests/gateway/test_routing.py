@@ -7,9 +7,17 @@ from gateway.routing import HOLDERS, PrefixIndex, order_candidates, prefix_chain
 
 
 def _workers(n: int = 4, **usage: float) -> list[WorkerView]:
-    return [WorkerView(name=f"w{i}", base_url=f"http://w{i}", model="m", pool="p",
-                       block_size=16, kv_usage=usage.get(f"w{i}", 0.0))
-            for i in range(n)]  # fmt: skip
+    return [
+        WorkerView(
+            name=f"w{i}",
+            base_url=f"http://w{i}",
+            model="m",
+            pool="p",
+            block_size=16,
+            kv_usage=usage.get(f"w{i}", 0.0),
+        )
+        for i in range(n)
+    ]
 
 
 def test_a_spill_adds_a_holder_instead_of_replacing_the_last_one():
@@ -57,8 +65,10 @@ def test_a_holder_at_the_average_load_is_kept_and_one_above_the_bound_is_skipped
     workers = _workers()
     # 7 in flight + this one over 4 workers: bound ceil(1.25 x 8 / 4) = 3.
     inflight = {"w0": 2, "w1": 2, "w2": 2, "w3": 1}
-    assert order_candidates(key="k", workers=workers, inflight=inflight,
-                            preferred=("w0",))[0].name == "w0"  # fmt: skip
+    assert (
+        order_candidates(key="k", workers=workers, inflight=inflight, preferred=("w0",))[0].name
+        == "w0"
+    )
     inflight = {"w0": 3, "w1": 2, "w2": 1, "w3": 1}
     ordered = order_candidates(key="k", workers=workers, inflight=inflight, preferred=("w0", "w2"))
     assert ordered[0].name == "w2" and ordered[-1].name == "w0"

@@ -22,10 +22,12 @@ pytestmark = pytest.mark.django_db
 
 
 def test_register_is_an_audited_upsert_by_name() -> None:
-    first = worker_register(actor=Actor.cli(), name="w1", base_url="http://10.0.0.1:8000",
-                            model="m")  # fmt: skip
-    again = worker_register(actor=Actor.cli(), name="w1", base_url="http://10.0.0.2:8000",
-                            model="m")  # fmt: skip
+    first = worker_register(
+        actor=Actor.cli(), name="w1", base_url="http://10.0.0.1:8000", model="m"
+    )
+    again = worker_register(
+        actor=Actor.cli(), name="w1", base_url="http://10.0.0.2:8000", model="m"
+    )
     assert first.pk == again.pk and again.base_url == "http://10.0.0.2:8000"
     events = AuditEvent.objects.filter(action="workers.worker.register").order_by("seq")
     assert events.count() == 2
@@ -37,8 +39,9 @@ def test_register_is_an_audited_upsert_by_name() -> None:
 
 def test_probe_reads_capacity_and_metrics_from_a_real_worker() -> None:
     with serve(tiny_config(num_blocks=64)) as running:
-        worker = worker_register(actor=Actor.cli(), name="ref", base_url=running.base_url,
-                                 model="test/ref-tiny")  # fmt: skip
+        worker = worker_register(
+            actor=Actor.cli(), name="ref", base_url=running.base_url, model="test/ref-tiny"
+        )
         worker = worker_probe(worker=worker)
     assert worker.state == WorkerState.HEALTHY
     assert worker.block_size == 16 and worker.num_blocks == running.engine.config.num_gpu_blocks
@@ -64,8 +67,10 @@ def test_rendezvous_placement_is_stable_and_moves_little_when_a_worker_leaves() 
 
 
 def test_vllm_engine_command_carries_the_flags_cacheplane_relies_on() -> None:
-    argv, env = build_command("vllm", ["--model", "meta-llama/Llama-3.1-8B-Instruct",
-                                       "--port", "8100", "--block-size", "32"])  # fmt: skip
+    argv, env = build_command(
+        "vllm",
+        ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8100", "--block-size", "32"],
+    )
     assert argv[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
     assert "--enable-prompt-tokens-details" in argv
     assert argv[argv.index("--prefix-caching-hash-algo") + 1] == "sha256_cbor"
@@ -85,14 +90,35 @@ def test_cacheplane_worker_dry_run_registers_and_prints_the_vllm_command() -> No
 
     from django.conf import settings
 
-    env = {**os.environ, "DATABASE_URL": f"postgresql://{db['USER']}@{host}{port}/{db['NAME']}",
-           "REDIS_URL": settings.REDIS_URL}  # fmt: skip
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgresql://{db['USER']}@{host}{port}/{db['NAME']}",
+        "REDIS_URL": settings.REDIS_URL,
+    }
     result = subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", "worker", "--engine", "vllm", "--dry-run",
-         "--register", "gpu-7", "--advertise-url", "http://10.1.2.3:8000",
-         "--model", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8000"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "controlplane.cli",
+            "worker",
+            "--engine",
+            "vllm",
+            "--dry-run",
+            "--register",
+            "gpu-7",
+            "--advertise-url",
+            "http://10.1.2.3:8000",
+            "--model",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--port",
+            "8000",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "registered worker gpu-7" in result.stdout
     assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in result.stdout

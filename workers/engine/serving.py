@@ -197,8 +197,15 @@ class GenerationServing:
                     started[index] = True
                     if chat:
                         role = {"role": "assistant", "content": ""}
-                        yield chunk(index, {"index": index, "delta": role, "logprobs": None,
-                                            "finish_reason": None})  # fmt: skip
+                        yield chunk(
+                            index,
+                            {
+                                "index": index,
+                                "delta": role,
+                                "logprobs": None,
+                                "finish_reason": None,
+                            },
+                        )
                     else:
                         text = self._echo_prefix(gen, index) + text
                 if not text and not out.finished:

@@ -10,7 +10,7 @@ from tenants.actor import Actor
 from tenants.models import Tenant
 
 
-def _moment(value: str, option: str):  # noqa: ANN202
+def _moment(value: str, option: str):
     moment = parse_datetime(value) if value else None
     if moment is None:
         raise CommandError(f"{option}: expected an ISO 8601 date-time, got {value!r}")
@@ -22,7 +22,7 @@ def _moment(value: str, option: str):  # noqa: ANN202
 class Command(BaseCommand):
     help = "Billing tools."
 
-    def add_arguments(self, parser) -> None:  # noqa: ANN001
+    def add_arguments(self, parser) -> None:
         sub = parser.add_subparsers(dest="subcommand", required=True)
         reprice = sub.add_parser(
             "reprice",

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 class Command(BaseCommand):
     help = "Prove that identical prompts of two tenants never share cached blocks."
 
-    def add_arguments(self, parser) -> None:  # noqa: ANN001
+    def add_arguments(self, parser) -> None:
         parser.add_argument("--url", required=True, help="gateway base URL (without /v1)")
         parser.add_argument("--model", required=True)
         parser.add_argument("--key-a", required=True, help="API key of tenant A")
@@ -33,11 +33,15 @@ class Command(BaseCommand):
 
         def cached(key: str) -> int:
             response = httpx.post(
-                url, timeout=60, headers={"Authorization": f"Bearer {key}",
-                                          "X-Session-Id": f"isolation-{nonce}"},
-                json={"model": options["model"], "max_tokens": 1,
-                      "messages": [{"role": "user", "content": prompt}]},
-            )  # fmt: skip
+                url,
+                timeout=60,
+                headers={"Authorization": f"Bearer {key}", "X-Session-Id": f"isolation-{nonce}"},
+                json={
+                    "model": options["model"],
+                    "max_tokens": 1,
+                    "messages": [{"role": "user", "content": prompt}],
+                },
+            )
             if response.status_code != 200:
                 raise CommandError(f"gateway answered {response.status_code}: {response.text}")
             details = response.json()["usage"].get("prompt_tokens_details") or {}

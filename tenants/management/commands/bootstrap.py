@@ -13,7 +13,7 @@ from tenants import services
 class Command(BaseCommand):
     help = "Create the platform admin (password from env or generated) and demo tenants."
 
-    def add_arguments(self, parser) -> None:  # noqa: ANN001
+    def add_arguments(self, parser) -> None:
         parser.add_argument("--no-demo", action="store_true")
 
     def handle(self, *args, **options) -> None:

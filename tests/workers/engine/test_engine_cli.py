@@ -11,15 +11,22 @@ from workers.engine.config import parse_size
 from workers.engine.vllm_command import vllm_command, vllm_env
 
 
-def _config(*argv: str):  # noqa: ANN202 - EngineConfig, kept short for the table tests
+def _config(*argv: str):
     return config_from_args(build_parser().parse_args(list(argv)))
 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("4096", 4096), ("64M", 64 * 2**20), ("64MiB", 64 * 2**20), ("1G", 2**30),
-     ("500m", 500_000_000), ("2k", 2000), ("1.5K", 1536)],
-)  # fmt: skip
+    [
+        ("4096", 4096),
+        ("64M", 64 * 2**20),
+        ("64MiB", 64 * 2**20),
+        ("1G", 2**30),
+        ("500m", 500_000_000),
+        ("2k", 2000),
+        ("1.5K", 1536),
+    ],
+)
 def test_sizes_follow_vllm_human_readable_ints(text: str, expected: int) -> None:
     assert parse_size(text) == expected
 
@@ -29,12 +36,32 @@ def test_flags_map_onto_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.delenv("VLLM_API_KEY", raising=False)
     events = {"enable_kv_cache_events": True, "endpoint": "tcp://*:5557", "encoding": "array"}
     config = _config(
-        "my/model", "--served-model-name", "alias", "--block-size", "32",
-        "--kv-cache-memory", "8M", "--kv-cache-dtype", "bf16", "--max-model-len", "2k",
-        "--enable-prompt-tokens-details", "--kv-events-config", json.dumps(events),
-        "--api-key", "k1", "--api-key", "k2", "--no-enable-prefix-caching",
-        "--prefix-caching-hash-algo", "sha256", "--num-layers", "3", "--hash-seed", "42",
-    )  # fmt: skip
+        "my/model",
+        "--served-model-name",
+        "alias",
+        "--block-size",
+        "32",
+        "--kv-cache-memory",
+        "8M",
+        "--kv-cache-dtype",
+        "bf16",
+        "--max-model-len",
+        "2k",
+        "--enable-prompt-tokens-details",
+        "--kv-events-config",
+        json.dumps(events),
+        "--api-key",
+        "k1",
+        "--api-key",
+        "k2",
+        "--no-enable-prefix-caching",
+        "--prefix-caching-hash-algo",
+        "sha256",
+        "--num-layers",
+        "3",
+        "--hash-seed",
+        "42",
+    )
     assert (config.model, config.model_name) == ("my/model", "alias")
     cache = config.cache_config
     assert (cache.block_size, cache.kv_cache_memory_bytes, cache.cache_dtype) == (32, 2**23, "bf16")
@@ -81,19 +108,27 @@ def test_bad_configurations_fail_fast_with_exit_code_2(
 
 def test_vllm_command_launches_real_vllm_as_cacheplane_needs() -> None:
     argv = vllm_command(
-        "meta-llama/Llama-3.1-8B-Instruct", port=8001, block_size=16,
-        kv_events_endpoint="tcp://*:5557", kv_events_replay_endpoint="tcp://*:5558",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        port=8001,
+        block_size=16,
+        kv_events_endpoint="tcp://*:5557",
+        kv_events_replay_endpoint="tcp://*:5558",
         kv_events_topic="kv@10.0.0.7:8001@llama",
-    )  # fmt: skip
+    )
     assert argv[:5] == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8001"]
     assert "--enable-prompt-tokens-details" in argv
     assert argv[argv.index("--prefix-caching-hash-algo") + 1] == "sha256_cbor"
     assert argv[argv.index("--block-size") + 1] == "16"
     events = json.loads(argv[argv.index("--kv-events-config") + 1])
     assert events == {
-        "enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://*:5557",
-        "topic": "kv@10.0.0.7:8001@llama", "replay_endpoint": "tcp://*:5558",
-    }  # fmt: skip
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": "tcp://*:5557",
+        "topic": "kv@10.0.0.7:8001@llama",
+        "replay_endpoint": "tcp://*:5558",
+    }
     assert vllm_env(hash_seed="0", api_key="k") == {
-        "PYTHONHASHSEED": "0", "VLLM_SERVER_DEV_MODE": "0", "VLLM_API_KEY": "k",
-    }  # fmt: skip
+        "PYTHONHASHSEED": "0",
+        "VLLM_SERVER_DEV_MODE": "0",
+        "VLLM_API_KEY": "k",
+    }

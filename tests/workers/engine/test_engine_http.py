@@ -35,13 +35,21 @@ def test_completion_has_vllm_shape_and_block_aligned_cached_tokens(worker: Runni
     second = _completion(worker, prompt=prompt).json()
     assert first["object"] == "text_completion" and first["id"].startswith("cmpl-")
     choice = first["choices"][0]
-    assert set(choice) == {"index", "text", "logprobs", "finish_reason", "stop_reason",
-                           "prompt_logprobs"}  # fmt: skip
+    assert set(choice) == {
+        "index",
+        "text",
+        "logprobs",
+        "finish_reason",
+        "stop_reason",
+        "prompt_logprobs",
+    }
     assert choice["finish_reason"] == "length"
     assert first["usage"] == {
-        "prompt_tokens": 91, "total_tokens": 95, "completion_tokens": 4,
+        "prompt_tokens": 91,
+        "total_tokens": 95,
+        "completion_tokens": 4,
         "prompt_tokens_details": None,
-    }  # fmt: skip
+    }
     assert second["usage"]["prompt_tokens_details"] == {"cached_tokens": 80}
     assert second["choices"][0]["text"] == choice["text"]
     assert first["kv_transfer_params"] is None
@@ -84,8 +92,14 @@ def test_request_id_comes_from_the_header_first_then_the_body(worker: RunningWor
 
 
 def test_streaming_completion_ends_with_usage_and_done(worker: RunningWorker) -> None:
-    body = {"model": MODEL, "prompt": "stream me", "max_tokens": 5, "temperature": 0,
-            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "prompt": "stream me",
+        "max_tokens": 5,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     with httpx.stream("POST", f"{worker.base_url}/v1/completions", json=body) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in response.iter_lines() if line]
@@ -116,10 +130,12 @@ def test_concurrent_requests_all_complete_with_sequential_results(worker: Runnin
     async def fire() -> list[dict]:
         async with httpx.AsyncClient(base_url=worker.base_url, timeout=60) as client:
             calls = [
-                client.post("/v1/completions", json={"model": MODEL, "prompt": p,
-                                                     "max_tokens": 8, "temperature": 0})
+                client.post(
+                    "/v1/completions",
+                    json={"model": MODEL, "prompt": p, "max_tokens": 8, "temperature": 0},
+                )
                 for p in prompts
-            ]  # fmt: skip
+            ]
             return [r.json() for r in await asyncio.gather(*calls)]
 
     concurrent = asyncio.run(fire())
@@ -203,8 +219,11 @@ def test_models_version_health_load_and_tokenize(worker: RunningWorker) -> None:
     (card,) = models["data"]
     assert models["object"] == "list"
     assert (card["id"], card["object"], card["owned_by"], card["root"]) == (
-        MODEL, "model", "vllm", MODEL,
-    )  # fmt: skip
+        MODEL,
+        "model",
+        "vllm",
+        MODEL,
+    )
     assert card["max_model_len"] == 512 and card["parent"] is None
     assert card["permission"][0]["object"] == "model_permission"
     assert httpx.get(f"{base}/version").json() == {"version": VERSION}
@@ -214,9 +233,11 @@ def test_models_version_health_load_and_tokenize(worker: RunningWorker) -> None:
     assert httpx.get(f"{base}/load").json() == {"server_load": 0}
     tok = httpx.post(f"{base}/tokenize", json={"prompt": "héllo", "return_token_strs": True})
     assert tok.json() == {
-        "count": 7, "max_model_len": 512, "tokens": [256, 104, 195, 169, 108, 108, 111],
+        "count": 7,
+        "max_model_len": 512,
+        "tokens": [256, 104, 195, 169, 108, 108, 111],
         "token_strs": ["<|bos|>", "h", "Ã", "©", "l", "l", "o"],
-    }  # fmt: skip
+    }
     bad = httpx.post(f"{base}/detokenize", json={"tokens": [1, 999]})
     _assert_error(bad, 400, "BadRequestError", "out of vocabulary")
     assert httpx.get(f"{base}/metrics/").status_code == 200

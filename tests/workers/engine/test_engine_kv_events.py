@@ -101,11 +101,19 @@ def test_events_carry_vllm_hashes_in_both_encodings_and_replay(
         events = sub.until(lambda e: e.get("block_hashes") == expected)
         (stored,) = [e for e in events if e.get("block_hashes") == expected]
         assert stored == {
-            "type": "BlockStored", "block_hashes": expected, "parent_block_hash": None,
-            "token_ids": ids[:96], "block_size": 16, "lora_id": None, "medium": "GPU",
-            "lora_name": None, "extra_keys": [("tenant-a",)] + [None] * 5, "group_idx": 0,
-            "kv_cache_spec_kind": "full_attention", "kv_cache_spec_sliding_window": None,
-        }  # fmt: skip
+            "type": "BlockStored",
+            "block_hashes": expected,
+            "parent_block_hash": None,
+            "token_ids": ids[:96],
+            "block_size": 16,
+            "lora_id": None,
+            "medium": "GPU",
+            "lora_name": None,
+            "extra_keys": [("tenant-a",)] + [None] * 5,
+            "group_idx": 0,
+            "kv_cache_spec_kind": "full_attention",
+            "kv_cache_spec_sliding_window": None,
+        }
 
         # The raw payload has the requested shape: [ts, [events], rank].
         def has_stored(frame: Frames) -> bool:
@@ -123,13 +131,26 @@ def test_events_carry_vllm_hashes_in_both_encodings_and_replay(
             assert "kv_cache_spec_sliding_window" not in raw
         else:
             # msgspec writes every field of array-like structs (jcrist/msgspec#720).
-            assert raw == ["BlockStored", expected, None, ids[:96], 16, None, "GPU", None,
-                           [["tenant-a"]] + [None] * 5, 0, "full_attention", None]  # fmt: skip
+            assert raw == [
+                "BlockStored",
+                expected,
+                None,
+                ids[:96],
+                16,
+                None,
+                "GPU",
+                None,
+                [["tenant-a"]] + [None] * 5,
+                0,
+                "full_attention",
+                None,
+            ]
 
         # Another long prompt under pressure evicts the first chain, tail first.
         _complete(worker, "other", salt="tenant-a")
-        removed = sub.until(lambda e: e["type"] == "BlockRemoved" and e["block_hashes"][0]
-                            == expected[-1])  # fmt: skip
+        removed = sub.until(
+            lambda e: e["type"] == "BlockRemoved" and e["block_hashes"][0] == expected[-1]
+        )
         assert all(e["medium"] == "GPU" for e in removed if e["type"] == "BlockRemoved")
 
         assert httpx.post(f"{worker.base_url}/reset_prefix_cache").status_code == 200
@@ -191,8 +212,10 @@ def test_publisher_connects_to_a_central_collector_without_a_wildcard(
 def test_events_config_parses_vllm_json_and_rejects_unknown_keys() -> None:
     config = KVEventsConfig.from_json(json.dumps({"enable_kv_cache_events": True}))
     assert (config.resolved_publisher, config.endpoint, config.encoding) == (
-        "zmq", "tcp://*:5557", "map",
-    )  # fmt: skip
+        "zmq",
+        "tcp://*:5557",
+        "map",
+    )
     with pytest.raises(ValueError, match="unknown"):
         KVEventsConfig.from_json('{"enable_kv_cache_events": true, "encodng": "array"}')
     with pytest.raises(ValueError, match="encoding"):

@@ -51,14 +51,18 @@ def test_counters_agree_with_the_requests_sent(worker: RunningWorker) -> None:
     assert _value(m, "vllm:request_success", success, finished_reason="length") == 4
     assert _value(m, "vllm:request_success", success, finished_reason="stop") == 0
     assert _value(m, "vllm:num_preemptions", "vllm:num_preemptions_total") == 0
-    for gauge in ("vllm:num_requests_running", "vllm:num_requests_waiting",
-                  "vllm:kv_cache_usage_perc"):  # fmt: skip
+    for gauge in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+    ):
         assert m[gauge].type == "gauge"
         assert _value(m, gauge, gauge) == 0
     ttft = "vllm:time_to_first_token_seconds"
     assert _value(m, ttft, f"{ttft}_count") == 4
-    assert _value(m, "vllm:e2e_request_latency_seconds",
-                  "vllm:e2e_request_latency_seconds_count") == 4  # fmt: skip
+    assert (
+        _value(m, "vllm:e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds_count") == 4
+    )
 
 
 def test_histogram_buckets_are_vllms(worker: RunningWorker) -> None:
@@ -81,11 +85,16 @@ def test_cache_config_info_has_no_model_name_and_string_labels(worker: RunningWo
     assert sample.value == 1.0
     assert "model_name" not in sample.labels
     assert {
-        "engine": "0", "block_size": "16", "cache_dtype": "auto", "enable_prefix_caching": "True",
-        "num_gpu_blocks": "128", "prefix_caching_hash_algo": "sha256_cbor",
-        "kv_cache_memory_bytes": str(128 * 16 * 512), "num_cpu_blocks": "None",
+        "engine": "0",
+        "block_size": "16",
+        "cache_dtype": "auto",
+        "enable_prefix_caching": "True",
+        "num_gpu_blocks": "128",
+        "prefix_caching_hash_algo": "sha256_cbor",
+        "kv_cache_memory_bytes": str(128 * 16 * 512),
+        "num_cpu_blocks": "None",
         "sliding_window": "None",
-    }.items() <= sample.labels.items()  # fmt: skip
+    }.items() <= sample.labels.items()
 
 
 def test_engine_sleep_state_reports_awake(worker: RunningWorker) -> None:

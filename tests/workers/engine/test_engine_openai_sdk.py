@@ -23,26 +23,40 @@ def test_openai_sdk_plain_and_streaming_with_cache_salt(
     assert [m.id for m in client.models.list()] == [MODEL]
 
     first = client.chat.completions.create(
-        model=MODEL, messages=messages, max_tokens=6, temperature=0,
+        model=MODEL,
+        messages=messages,
+        max_tokens=6,
+        temperature=0,
         extra_body={"cache_salt": "tenant-a"},
-    )  # fmt: skip
+    )
     assert first.usage.prompt_tokens_details is None
     again = client.chat.completions.create(
-        model=MODEL, messages=messages, max_tokens=6, temperature=0,
+        model=MODEL,
+        messages=messages,
+        max_tokens=6,
+        temperature=0,
         extra_body={"cache_salt": "tenant-a"},
-    )  # fmt: skip
+    )
     cached = again.usage.prompt_tokens_details.cached_tokens
     assert cached == (first.usage.prompt_tokens - 1) // 16 * 16
     other_tenant = client.chat.completions.create(
-        model=MODEL, messages=messages, max_tokens=6, temperature=0,
+        model=MODEL,
+        messages=messages,
+        max_tokens=6,
+        temperature=0,
         extra_body={"cache_salt": "tenant-b"},
-    )  # fmt: skip
+    )
     assert other_tenant.usage.prompt_tokens_details is None
 
     stream = client.chat.completions.create(
-        model=MODEL, messages=messages, max_tokens=6, temperature=0, stream=True,
-        stream_options={"include_usage": True}, extra_body={"cache_salt": "tenant-a"},
-    )  # fmt: skip
+        model=MODEL,
+        messages=messages,
+        max_tokens=6,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"cache_salt": "tenant-a"},
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == first.choices[0].message.content
@@ -52,15 +66,23 @@ def test_openai_sdk_plain_and_streaming_with_cache_salt(
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
 
     completion = client.completions.create(
-        model=MODEL, prompt=SYSTEM, max_tokens=4, temperature=0,
+        model=MODEL,
+        prompt=SYSTEM,
+        max_tokens=4,
+        temperature=0,
         extra_body={"cache_salt": "tenant-a"},
-    )  # fmt: skip
+    )
     assert completion.id.startswith("cmpl-")
     assert completion.choices[0].finish_reason == "length"
     streamed = client.completions.create(
-        model=MODEL, prompt=SYSTEM, max_tokens=4, temperature=0, stream=True,
-        stream_options={"include_usage": True}, extra_body={"cache_salt": "tenant-a"},
-    )  # fmt: skip
+        model=MODEL,
+        prompt=SYSTEM,
+        max_tokens=4,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"cache_salt": "tenant-a"},
+    )
     parts = list(streamed)
     assert "".join(p.choices[0].text for p in parts if p.choices) == completion.choices[0].text
     assert parts[-1].usage.prompt_tokens_details.cached_tokens > 0

@@ -50,13 +50,15 @@ def test_paged_prefill_over_cached_blocks_matches_full_prefill_logits() -> None:
         seq = SeqSlice(torch.tensor(table), start, end - start, need_logits=True)
         return model.forward(tokens[start:end], positions[start:end], slots, [seq], kv)
 
-    kv_full = PagedKVCache(TINY_MODEL, num_blocks=16, block_size=16, dtype=torch.float32,
-                           device=torch.device("cpu"))  # fmt: skip
+    kv_full = PagedKVCache(
+        TINY_MODEL, num_blocks=16, block_size=16, dtype=torch.float32, device=torch.device("cpu")
+    )
     full = run([1, 2, 3, 4, 5, 6], 0, 90, kv_full)
     # Scattered physical blocks: the block table, not adjacency, defines the sequence.
     table = [9, 3, 14, 1, 7, 12]
-    kv_paged = PagedKVCache(TINY_MODEL, num_blocks=16, block_size=16, dtype=torch.float32,
-                            device=torch.device("cpu"))  # fmt: skip
+    kv_paged = PagedKVCache(
+        TINY_MODEL, num_blocks=16, block_size=16, dtype=torch.float32, device=torch.device("cpu")
+    )
     run(table, 0, 64, kv_paged)
     suffix = run(table, 64, 90, kv_paged)
     assert torch.allclose(full, suffix, atol=1e-4)
