@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from audit.services import audit_record
+from audit.snapshot import EMPTY, diff, model_snapshot, values_snapshot
 from tenants.actor import Actor
 from tenants.errors import (
     DuplicateName,
@@ -179,15 +180,23 @@ def policy_set(*, actor: Actor, tenant: Tenant, etag: str, bindings: list[Bindin
             tenant=locked,
             target_type="iam_policy",
             target_id=str(locked.pk),
-            changes={
-                "bindings": {
-                    "before": sorted(
-                        _describe(b.role, b.principal_id, b.expires_at) for b in current.values()
-                    ),
-                    "after": sorted(_describe(r, p.pk, e) for r, p, e in resolved.values()),
-                },
-                "version": {"before": locked.policy_version - 1, "after": locked.policy_version},
-            },
+            changes=diff(
+                values_snapshot(
+                    {
+                        "bindings": sorted(
+                            _describe(b.role, b.principal_id, b.expires_at)
+                            for b in current.values()
+                        ),
+                        "version": locked.policy_version - 1,
+                    }
+                ),
+                values_snapshot(
+                    {
+                        "bindings": sorted(_describe(r, p.pk, e) for r, p, e in resolved.values()),
+                        "version": locked.policy_version,
+                    }
+                ),
+            ),
             details={"added": len(added), "removed": len(removed)},
         )
     return policy_get(tenant=locked)
@@ -252,10 +261,7 @@ def role_create(
             tenant=tenant,
             target_type="role",
             target_id=str(role.pk),
-            changes={
-                "name": {"before": None, "after": name},
-                "permissions": {"before": None, "after": role.permissions},
-            },
+            changes=diff(EMPTY, model_snapshot(role)),
         )
     return role
 
@@ -291,6 +297,6 @@ def service_account_create(
             tenant=tenant,
             target_type="principal",
             target_id=str(principal.pk),
-            changes={"username": {"before": None, "after": username}},
+            changes=diff(EMPTY, model_snapshot(principal)),
         )
     return principal
