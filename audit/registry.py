@@ -123,7 +123,7 @@ AUDITED_MODELS: dict[str, AuditFields] = {
         {"tenant", "vertex_project", "vertex_location", "gcs_bucket_allow_list"},
         # A path on the control plane's host, pointing at a service-account key file.
         sensitive={"vertex_credentials_file"},
-        ignored={"id", "updated_at"},
+        ignored={"updated_at"},
     ),
     "billing.Budget": _fields(
         {
