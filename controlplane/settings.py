@@ -7,6 +7,7 @@ transport-security settings that ``manage.py check --deploy`` expects.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from controlplane.env import (
@@ -74,6 +75,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "channels",
     "django_prometheus",
+    "axes",
     "tenants",
     "audit",
     "caches",
@@ -96,6 +98,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
+    # Last, as django-axes asks: turns a flagged login into the lockout response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -170,11 +174,41 @@ if PRODUCTION:
     # Health probes come over plain HTTP from inside the cluster.
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 
+# --- Throttling, session audit, /metrics (README: "Audit" and "Throttling") ------------
+# Console logins: django-axes counts failures per (username, source IP) in PostgreSQL
+# and refuses that pair for the cool-off once the limit is reached (429 + Retry-After).
+AUTHENTICATION_BACKENDS = [
+    "audit.http.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("CACHEPLANE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("CACHEPLANE_LOGIN_LOCKOUT_SECONDS", 900, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# A fixed cool-off (not extended by attempts made while locked) keeps Retry-After true.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_CLIENT_IP_CALLABLE = "tenants.actor.client_ip"
+AXES_LOCKOUT_CALLABLE = "audit.http.login_lockout_response"
+AXES_VERBOSE = False
+# API keys: failed guesses counted per source IP in Redis (tenants.services.throttling).
+CACHEPLANE_API_KEY_FAILURE_LIMIT = env_int("CACHEPLANE_API_KEY_FAILURE_LIMIT", 20, minimum=1)
+CACHEPLANE_API_KEY_FAILURE_WINDOW_SECONDS = env_int(
+    "CACHEPLANE_API_KEY_FAILURE_WINDOW_SECONDS", 300, minimum=1
+)
+CACHEPLANE_API_KEY_LOCKOUT_SECONDS = env_int("CACHEPLANE_API_KEY_LOCKOUT_SECONDS", 900, minimum=1)
+# Refused CSRF checks are audited, then answered with Django's standard page.
+CSRF_FAILURE_VIEW = "audit.http.csrf_failure"
+# /metrics: a bearer token for Prometheus. Unset: development serves metrics without
+# tenant labels; production serves nothing (controlplane/metrics.py).
+CACHEPLANE_METRICS_TOKEN = env_str("CACHEPLANE_METRICS_TOKEN", None)
+if CACHEPLANE_METRICS_TOKEN is not None and len(CACHEPLANE_METRICS_TOKEN) < 32:
+    raise ConfigError("CACHEPLANE_METRICS_TOKEN", "must be at least 32 characters")
+
 # --- REST API -------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "controlplane.api.authentication.ApiKeyAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
+        "audit.http.CsrfAuditedSessionAuthentication",
     ],
     "DEFAULT_PAGINATION_CLASS": "controlplane.api.pagination.DefaultCursorPagination",
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

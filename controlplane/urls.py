@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import include, path
-from django_prometheus import exports
 
-from controlplane import health
+from controlplane import health, metrics
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
-    path("metrics", exports.ExportToDjangoView, name="prometheus-metrics"),
+    path("metrics", metrics.metrics_view, name="prometheus-metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("controlplane.api.urls")),
     path("", include("frontend.urls")),

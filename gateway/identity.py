@@ -19,9 +19,9 @@ from tenants.errors import ApiKeyRejected
 from tenants.services.keys import (
     KEY_CACHE_SECONDS,
     AuthenticatedKey,
-    api_key_authenticate,
     api_key_cached,
 )
+from tenants.services.throttling import TooManyFailures, api_key_authenticate_throttled
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,12 @@ async def identify(
     authenticated = api_key_cached(token)
     if authenticated is None:
         try:
-            authenticated = await sync_to_async(api_key_authenticate, thread_sensitive=False)(token)
+            authenticated = await sync_to_async(
+                api_key_authenticate_throttled, thread_sensitive=False
+            )(token=token, source_ip=source_ip, user_agent=user_agent)
+        except TooManyFailures as locked:
+            headers = {"Retry-After": str(locked.retry_after)}
+            raise GatewayError(429, locked.code, locked.message, headers=headers) from None
         except ApiKeyRejected as rejected:
             await sync_to_async(_audit_rejection, thread_sensitive=False)(
                 rejected, token, source_ip, user_agent

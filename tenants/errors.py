@@ -29,6 +29,12 @@ class DuplicateName(Conflict):
     code = "duplicate_name"
 
 
+class ReservedRoleName(ValidationFailed):
+    """A custom role named like a built-in one (``platform.``, ``tenant.``...), any case."""
+
+    code = "reserved_role_name"
+
+
 class EscalationDenied(PermissionDenied):
     code = "escalation_denied"
 

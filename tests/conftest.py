@@ -39,6 +39,16 @@ def _fresh_key_cache():
     key_cache.clear()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_api_key_throttle():
+    """Failed API keys are counted per source IP in Redis; tests must not share counts."""
+    from tenants.services.throttling import api_key_throttle_reset
+
+    api_key_throttle_reset(all_sources=True)
+    yield
+    api_key_throttle_reset(all_sources=True)
+
+
 @pytest.fixture
 def tenant_a(db):
     from tests.factories import TenantFactory

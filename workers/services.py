@@ -10,6 +10,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from audit.services import audit_record
+from audit.snapshot import EMPTY, diff, model_snapshot
 from tenants.actor import Actor
 from workers.models import Worker, WorkerState
 
@@ -30,9 +31,7 @@ def worker_register(
 ) -> Worker:
     """Create or update the worker called ``name`` (a restart on a new port re-registers)."""
     worker = Worker.objects.select_for_update().filter(name=name).first()
-    before = (
-        {"base_url": worker.base_url, "model": worker.model, "pool": worker.pool} if worker else {}
-    )
+    before = model_snapshot(worker) if worker else EMPTY
     Worker.objects.filter(base_url=base_url).exclude(name=name).delete()  # stale address
     worker, _ = Worker.objects.update_or_create(
         name=name,
@@ -47,16 +46,13 @@ def worker_register(
             "last_seen_at": timezone.now(),
         },
     )
-    after = {"base_url": worker.base_url, "model": worker.model, "pool": worker.pool}
     audit_record(
         actor=actor,
         action="workers.worker.register",
         tenant=None,
         target_type="worker",
         target_id=str(worker.pk),
-        changes={
-            k: {"before": before.get(k), "after": v} for k, v in after.items() if before.get(k) != v
-        },
+        changes=diff(before, model_snapshot(worker)),
     )
     return worker
 

@@ -15,51 +15,16 @@ from django.utils import timezone
 
 from audit.chain import GENESIS_HASH, event_hash
 from audit.models import PLATFORM_CHAIN, AuditChainHead, AuditEvent, Outcome
+from audit.redaction import scrub
+from audit.snapshot import Changes
 from controlplane.request_context import get_request_id
 from tenants.actor import Actor
 from tenants.models import Tenant
-
-REDACTED = "[redacted]"
-_SECRET_MARKERS = ("password", "secret", "digest", "token", "api_key", "plaintext")
 
 
 def chain_for(tenant: Tenant | None) -> str:
     """The chain an event of ``tenant`` belongs to (platform events: ``platform``)."""
     return PLATFORM_CHAIN if tenant is None else f"tenant:{tenant.pk}"
-
-
-def redact(values: dict[str, Any]) -> dict[str, Any]:
-    """Replace the value of every secret-looking key (recursively) with a marker."""
-    clean: dict[str, Any] = {}
-    for key, value in values.items():
-        if _is_secret(key):
-            clean[key] = REDACTED
-        elif isinstance(value, dict):
-            clean[key] = redact(value)
-        else:
-            clean[key] = value
-    return clean
-
-
-def changes_between(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """``{field: {"before": old, "after": new}}`` for the fields that differ, redacted."""
-    diff: dict[str, Any] = {}
-    for name in sorted(set(before) | set(after)):
-        if before.get(name) != after.get(name):
-            diff[name] = {"before": before.get(name), "after": after.get(name)}
-    return redact_changes(diff)
-
-
-def redact_changes(diff: dict[str, Any]) -> dict[str, Any]:
-    """Redact both sides of every secret-looking field in a before/after diff."""
-    return {
-        name: ({"before": REDACTED, "after": REDACTED} if _is_secret(name) else change)
-        for name, change in diff.items()
-    }
-
-
-def _is_secret(name: str) -> bool:
-    return any(marker in name.lower() for marker in _SECRET_MARKERS)
 
 
 def _lock_head(chain: str) -> AuditChainHead:
@@ -82,10 +47,20 @@ def audit_record(
     outcome: str = Outcome.SUCCESS,
     target_type: str = "",
     target_id: str = "",
-    changes: dict[str, Any] | None = None,
+    changes: Changes | None = None,
     details: dict[str, Any] | None = None,
 ) -> AuditEvent:
-    """Append one event to the tenant's chain (or the platform chain) and return it."""
+    """Append one event to the tenant's chain (or the platform chain) and return it.
+
+    ``changes`` comes from ``audit.snapshot.diff`` only (a TypeError otherwise): the one
+    helper that knows each model's sensitive fields. ``details`` is free-form context;
+    secrets inside its values (URL credentials, API keys) are scrubbed like every value.
+    """
+    if changes is not None and not isinstance(changes, Changes):
+        raise TypeError(
+            "audit_record(changes=...) takes audit.snapshot.diff(before, after), "
+            "not a hand-built dict"
+        )
     chain = chain_for(tenant)
     with transaction.atomic():
         head = _lock_head(chain)
@@ -106,8 +81,8 @@ def audit_record(
             "source_ip": actor.source_ip,
             "user_agent": actor.user_agent,
             "request_id": get_request_id(),
-            "changes": redact_changes(changes or {}),
-            "details": redact(details or {}),
+            "changes": scrub(dict(changes or {})),
+            "details": scrub(details or {}),
         }
         record["hash"] = event_hash(record)
         event = AuditEvent.objects.create(

@@ -38,6 +38,7 @@ from audit.models import AuditExport, ExportStatus, Outcome
 from audit.services import audit_record
 from audit.services.export_bundle import export_bundle_write
 from audit.services.signing_keys import audit_signing_key_register
+from audit.snapshot import EMPTY, diff, model_snapshot
 from controlplane.errors import DomainError
 from tenants.actor import Actor
 from tenants.models import Principal, Tenant
@@ -150,6 +151,7 @@ def audit_export_create(
             tenant=tenant,
             target_type="audit_export",
             target_id=str(export.pk),
+            changes=diff(EMPTY, model_snapshot(export)),
             details={
                 "scope": "tenant" if tenant is not None else "platform",
                 "format": request.format,
@@ -238,6 +240,7 @@ def _produce(export: AuditExport, progress: ProgressCallback | None) -> None:
     if progress is not None:
         progress(total, total)
     with transaction.atomic():
+        before = model_snapshot(AuditExport.objects.get(pk=export.pk))
         AuditExport.objects.filter(pk=export.pk).update(
             status=ExportStatus.SUCCEEDED,
             processed=total,
@@ -256,6 +259,7 @@ def _produce(export: AuditExport, progress: ProgressCallback | None) -> None:
             tenant=export.tenant,
             target_type="audit_export",
             target_id=str(export.pk),
+            changes=diff(before, model_snapshot(AuditExport.objects.get(pk=export.pk))),
             details={
                 "records": written.records,
                 "file_sha256": written.sha256,
@@ -278,6 +282,7 @@ def _segments(export: AuditExport, filters: ExportFilters) -> list[selectors.Cha
 
 def _finish_failed(export: AuditExport, code: str, message: str) -> None:
     with transaction.atomic():
+        before = model_snapshot(AuditExport.objects.get(pk=export.pk))
         AuditExport.objects.filter(pk=export.pk).update(
             status=ExportStatus.FAILED,
             error_code=code,
@@ -291,6 +296,7 @@ def _finish_failed(export: AuditExport, code: str, message: str) -> None:
             outcome=Outcome.FAILED,
             target_type="audit_export",
             target_id=str(export.pk),
+            changes=diff(before, model_snapshot(AuditExport.objects.get(pk=export.pk))),
             details={"code": code},
         )
 

@@ -33,6 +33,7 @@ from audit.signing import (
     public_key_fingerprint,
     public_key_pem,
 )
+from audit.snapshot import EMPTY, diff, model_snapshot
 from tenants.actor import Actor
 
 logger = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ def audit_signing_key_register() -> Signer:
         return signer
     try:
         with transaction.atomic():
-            AuditSigningKey.objects.create(
+            registered = AuditSigningKey.objects.create(
                 kid=signer.kid,
                 algorithm=ALGORITHM,
                 public_key=public_key_pem(signer.public_key),
@@ -124,6 +125,7 @@ def audit_signing_key_register() -> Signer:
                 tenant=None,
                 target_type="audit_signing_key",
                 target_id=signer.kid,
+                changes=diff(EMPTY, model_snapshot(registered)),
                 details={"fingerprint": signer.fingerprint, "retired": retired},
             )
     except IntegrityError:

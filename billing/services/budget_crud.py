@@ -14,7 +14,8 @@ from urllib.parse import urlparse
 from django.db import transaction
 from django.utils import timezone
 
-from audit.services import audit_record, changes_between
+from audit.services import audit_record
+from audit.snapshot import EMPTY, diff, model_snapshot
 from billing.errors import InvalidBudget, InvalidPeriod, InvalidThreshold
 from billing.models import Budget, BudgetPeriod, BudgetPeriodKind, _new_webhook_secret
 from billing.services.budget_periods import budget_period_ensure
@@ -59,21 +60,6 @@ def _clean_name(name: Any) -> str:
     if not isinstance(name, str) or not 1 <= len(name.strip()) <= 100:
         raise InvalidBudget("name must be 1-100 characters.")
     return name.strip()
-
-
-def _snapshot(budget: Budget) -> dict[str, Any]:
-    return {
-        "name": budget.name,
-        "period": budget.period,
-        "starts_at": budget.starts_at.isoformat() if budget.starts_at else None,
-        "ends_at": budget.ends_at.isoformat() if budget.ends_at else None,
-        "limit_micros": budget.limit_micros,
-        "thresholds": list(budget.thresholds),
-        "hard_limit": budget.hard_limit,
-        "principal": str(budget.principal_id) if budget.principal_id else None,
-        "webhook_url": budget.webhook_url,
-        "archived": budget.archived_at is not None,
-    }
 
 
 def budget_create(
@@ -134,7 +120,7 @@ def budget_create(
             tenant=tenant,
             target_type="budget",
             target_id=str(budget.pk),
-            changes=changes_between({}, _snapshot(budget)),
+            changes=diff(EMPTY, model_snapshot(budget)),
         )
     budget_period_ensure(budget=budget, at=timezone.now())
     return budget
@@ -154,7 +140,7 @@ def budget_update(*, actor: Actor, budget: Budget, changes: dict[str, Any]) -> B
         raise InvalidBudget(f"Unknown field(s): {', '.join(sorted(unknown))}.")
     with transaction.atomic():
         locked = Budget.objects.select_for_update().get(pk=budget.pk, tenant_id=budget.tenant_id)
-        before = _snapshot(locked)
+        before = model_snapshot(locked)
         if "name" in changes:
             locked.name = _clean_name(changes["name"])
         if "limit_micros" in changes:
@@ -175,7 +161,7 @@ def budget_update(*, actor: Actor, budget: Budget, changes: dict[str, Any]) -> B
             tenant=locked.tenant,
             target_type="budget",
             target_id=str(locked.pk),
-            changes=changes_between(before, _snapshot(locked)),
+            changes=diff(before, model_snapshot(locked)),
         )
     return locked
 
@@ -184,7 +170,7 @@ def budget_archive(*, actor: Actor, budget: Budget) -> Budget:
     """Stop enforcing a budget (kept, with its periods and alerts, for history)."""
     with transaction.atomic():
         locked = Budget.objects.select_for_update().get(pk=budget.pk, tenant_id=budget.tenant_id)
-        before = _snapshot(locked)
+        before = model_snapshot(locked)
         if locked.archived_at is None:
             locked.archived_at = timezone.now()
             locked.save(update_fields=["archived_at", "updated_at"])
@@ -194,7 +180,7 @@ def budget_archive(*, actor: Actor, budget: Budget) -> Budget:
             tenant=locked.tenant,
             target_type="budget",
             target_id=str(locked.pk),
-            changes=changes_between(before, _snapshot(locked)),
+            changes=diff(before, model_snapshot(locked)),
         )
     return locked
 
@@ -203,6 +189,7 @@ def budget_rotate_secret(*, actor: Actor, budget: Budget) -> Budget:
     """Issue a new webhook signing secret (readable on the returned object only)."""
     with transaction.atomic():
         locked = Budget.objects.select_for_update().get(pk=budget.pk, tenant_id=budget.tenant_id)
+        before = model_snapshot(locked)
         locked.webhook_secret = _new_webhook_secret()
         locked.save(update_fields=["webhook_secret", "updated_at"])
         audit_record(
@@ -211,6 +198,6 @@ def budget_rotate_secret(*, actor: Actor, budget: Budget) -> Budget:
             tenant=locked.tenant,
             target_type="budget",
             target_id=str(locked.pk),
-            changes={"webhook_secret": {"before": "old", "after": "new"}},
+            changes=diff(before, model_snapshot(locked)),
         )
     return locked

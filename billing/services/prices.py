@@ -25,6 +25,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from audit.services import audit_record
+from audit.snapshot import EMPTY, diff, model_snapshot
 from billing.errors import InvalidPrice, PriceAlreadySuperseded, PriceOverlap
 from billing.models import ModelPrice, PoolPrice, PriceVersionBase, Provider
 from tenants.actor import Actor
@@ -145,25 +146,6 @@ def _overlaps(a_from: datetime, a_to: datetime | None, b_from: datetime, b_to: d
     return (b_to is None or a_from < b_to) and (a_to is None or b_from < a_to)
 
 
-def _snapshot(price: PriceVersionBase, fields: tuple[str, ...]) -> dict[str, Any]:
-    data = {name: getattr(price, name) for name in fields}
-    data.update(
-        version=price.version,
-        effective_from=price.effective_from,
-        effective_to=price.effective_to,
-    )
-    # JSON-safe for the audit row: decimals and times as strings, exactly as stored.
-    return {name: _jsonable(value) for name, value in data.items()}
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, int | str):
-        return value
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
-
-
 def _version_create(
     *,
     cls: type[PriceVersionBase],
@@ -182,7 +164,6 @@ def _version_create(
         raise PriceOverlap("effective_to must be after effective_from.")
     if not source.strip():
         raise InvalidPrice("source is required: say where this price comes from.")
-    fields = tuple(values)
     with transaction.atomic():
         _lock_key(cls.__name__, key)
         live = list(
@@ -231,10 +212,7 @@ def _version_create(
             tenant=None,
             target_type=cls.__name__.lower(),
             target_id=str(price.pk),
-            changes={
-                name: {"before": None, "after": after}
-                for name, after in _snapshot(price, fields).items()
-            },
+            changes=diff(EMPTY, model_snapshot(price)),
             details={
                 **key,
                 "source": source,
@@ -255,7 +233,6 @@ def _version_correct(
     audit_action: str,
 ) -> PriceVersionBase:
     cls = type(price)
-    fields = tuple(values)
     if not source.strip():
         raise InvalidPrice("source is required: say where the corrected price comes from.")
     with transaction.atomic():
@@ -266,6 +243,7 @@ def _version_correct(
                 "This version was already corrected; correct the version that replaced it.",
                 details={"superseded_by": old.superseded_by_id},
             )
+        before = model_snapshot(old)
         old.superseded_at = timezone.now()
         old.save(update_fields=["superseded_at"])
         version = (cls.objects.filter(**key).aggregate(v=Max("version"))["v"] or 0) + 1
@@ -282,18 +260,13 @@ def _version_correct(
         old.superseded_by = new
         old.save(update_fields=["superseded_by"])
         new.refresh_from_db()
-        before, after = _snapshot(old, fields), _snapshot(new, fields)
         audit_record(
             actor=actor,
             action=audit_action,
             tenant=None,
             target_type=cls.__name__.lower(),
             target_id=str(new.pk),
-            changes={
-                name: {"before": before[name], "after": after[name]}
-                for name in after
-                if before[name] != after[name]
-            },
+            changes=diff(before, model_snapshot(new)),
             details={**key, "corrects": old.pk, "source": source, "note": note},
         )
     return new

@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from audit.services import audit_record
+from audit.snapshot import EMPTY, diff, model_snapshot, values_snapshot
 from caches import catalog
 from caches.content import CacheContent, content_lint, gcs_bucket
 from caches.errors import (
@@ -229,14 +230,7 @@ def cache_create(
                 tenant=tenant,
                 target_type="cache",
                 target_id=str(cache.pk),
-                changes={
-                    "name": {"before": None, "after": spec.name},
-                    "provider": {"before": None, "after": spec.provider},
-                    "model": {"before": None, "after": spec.model},
-                    "content_digest": {"before": None, "after": digest},
-                    "ttl_seconds": {"before": None, "after": ttl},
-                    "ttl_policy": {"before": None, "after": spec.ttl_policy},
-                },
+                changes=diff(EMPTY, model_snapshot(cache)),
                 details={"operation": str(operation.pk)},
             )
             operation_enqueue(operation)
@@ -326,7 +320,11 @@ def cache_extend_ttl(*, cache: CacheObject, actor: Actor, ttl_seconds: int) -> C
             tenant=cache.tenant,
             target_type="cache",
             target_id=str(cache.pk),
-            changes={"ttl_seconds": {"before": cache.ttl_seconds, "after": ttl_seconds}},
+            # The requested TTL: the operation applies it (and audits the state it moves).
+            changes=diff(
+                model_snapshot(cache, fields=["ttl_seconds"]),
+                values_snapshot({"ttl_seconds": ttl_seconds}),
+            ),
             details={"operation": str(operation.pk)},
         )
         operation_enqueue(operation)
@@ -352,11 +350,7 @@ def cache_set_policy(
         cache = _locked(cache)
         if cache.state not in LIVE_STATES:
             raise InvalidState(f"The cache is {cache.state}; its policy can no longer change.")
-        before = {
-            "ttl_policy": cache.ttl_policy,
-            "ttl_seconds": cache.ttl_seconds,
-            "prewarm_cron": cache.prewarm_cron,
-        }
+        before = model_snapshot(cache)
         cache.ttl_policy = ttl_policy
         if ttl_seconds is not None:
             cache.ttl_seconds = ttl_seconds
@@ -372,20 +366,13 @@ def cache_set_policy(
                 "updated_at",
             ]
         )
-        after = {
-            "ttl_policy": cache.ttl_policy,
-            "ttl_seconds": cache.ttl_seconds,
-            "prewarm_cron": cache.prewarm_cron,
-        }
         audit_record(
             actor=actor,
             action="caches.cache.set_policy",
             tenant=cache.tenant,
             target_type="cache",
             target_id=str(cache.pk),
-            changes={
-                k: {"before": before[k], "after": after[k]} for k in before if before[k] != after[k]
-            },
+            changes=diff(before, model_snapshot(cache)),
         )
     return cache
 

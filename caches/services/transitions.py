@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.utils import timezone
 
 from audit.services import audit_record
+from audit.snapshot import diff, model_snapshot
 from caches.models import TERMINAL_STATES, TRANSITIONS, CacheObject, CacheTransition
 from frontend.events import publish_on_commit, tenant_group
 from tenants.actor import Actor
@@ -35,6 +36,9 @@ def cache_transition(
         cache.ended_at = now
         fields.add("ended_at")
         _budget_settle(cache)
+    # Before: the stored row (the caller has already set extra_fields in memory).
+    stored = CacheObject.objects.only(*fields).get(tenant_id=cache.tenant_id, pk=cache.pk)
+    before = model_snapshot(stored, fields=sorted(fields))
     cache.save(update_fields=sorted(fields))
     if from_state != to_state:
         CacheTransition.objects.create(
@@ -50,7 +54,7 @@ def cache_transition(
         tenant=cache.tenant,
         target_type="cache",
         target_id=str(cache.pk),
-        changes={"state": {"before": from_state, "after": to_state}},
+        changes=diff(before, model_snapshot(cache, fields=sorted(fields))),
         details={"reason": reason} if reason else None,
     )
     publish_on_commit(

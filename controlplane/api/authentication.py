@@ -8,10 +8,10 @@ from rest_framework.request import Request
 
 from audit.models import Outcome
 from audit.services import audit_record
-from tenants.actor import Actor, AuthMethod
+from tenants.actor import Actor, AuthMethod, client_ip
 from tenants.errors import ApiKeyRejected
 from tenants.models import Tenant
-from tenants.services.keys import api_key_authenticate
+from tenants.services.throttling import api_key_authenticate_throttled
 
 
 class ApiKeyAuthFailed(exceptions.AuthenticationFailed):
@@ -68,7 +68,11 @@ class ApiKeyAuthentication(BaseAuthentication):
         except UnicodeDecodeError:
             raise ApiKeyAuthFailed("invalid_api_key", "The API key is malformed.") from None
         try:
-            authenticated = api_key_authenticate(token)
+            authenticated = api_key_authenticate_throttled(
+                token=token,
+                source_ip=client_ip(request._request),
+                user_agent=request._request.headers.get("User-Agent", ""),
+            )
         except ApiKeyRejected as rejected:
             audit_failed_authentication(request, rejected, token)
             if rejected.code == "tenant_suspended":

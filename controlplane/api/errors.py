@@ -62,7 +62,10 @@ def _validation_message(detail: Any) -> str:
 def api_exception_handler(exc: Exception, context: dict) -> Response | None:
     """DRF exception handler producing the one error shape."""
     if isinstance(exc, DomainError):
-        return Response(error_body(exc.code, exc.message, exc.details), status=exc.http_status)
+        response = Response(error_body(exc.code, exc.message, exc.details), status=exc.http_status)
+        if getattr(exc, "retry_after", None):  # e.g. too_many_failures (429)
+            response["Retry-After"] = str(exc.retry_after)
+        return response
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from audit.services import audit_record
+from audit.snapshot import EMPTY, diff, model_snapshot
 from tenants.actor import Actor
 from tenants.models import Principal, PrincipalKind, Role, RoleBinding, RoleScope, Tenant
 from tenants.permissions import PLATFORM_ADMIN_ROLE, PREDEFINED_ROLES
@@ -51,7 +52,7 @@ def platform_admin_ensure(*, username: str, password: str) -> bool:
         tenant=None,
         target_type="principal",
         target_id=str(admin.pk),
-        changes={"username": {"before": None, "after": username}},
+        changes=diff(EMPTY, model_snapshot(admin)),
     )
     return True
 

@@ -17,6 +17,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from audit.services import audit_record
+from audit.snapshot import EMPTY, diff, model_snapshot, values_snapshot
+from controlplane.errors import ValidationFailed
 from tenants.actor import Actor
 from tenants.errors import (
     DuplicateName,
@@ -24,15 +26,45 @@ from tenants.errors import (
     EtagMismatch,
     InvalidExpiry,
     LastTenantAdmin,
+    ReservedRoleName,
     UnknownPermission,
     UnknownPrincipal,
     UnknownRole,
 )
 from tenants.models import Principal, PrincipalKind, Role, RoleBinding, RoleScope, Tenant
-from tenants.permissions import TENANT_ADMIN_ROLE, TENANT_PERMISSIONS
+from tenants.permissions import PREDEFINED_ROLES, TENANT_ADMIN_ROLE, TENANT_PERMISSIONS
 from tenants.services.authorization import principal_permissions
 
 SERVICE_ACCOUNT_NAME = re.compile(r"^[a-z][a-z0-9-]{1,38}[a-z0-9]$")
+# The same rule as the API's RoleCreateInput, enforced here too (the CLI and other
+# services call role_create directly); fullmatch, so no trailing newline slips through.
+ROLE_NAME = re.compile(r"[a-zA-Z][a-zA-Z0-9_.-]{2,63}")
+# Built-in role namespaces: every predefined role's first segment, plus the product's
+# own name for roles a later release may add. A custom role may not start with one of
+# them in any case ("Platform.admin", "TENANT-admin"), so no custom role can pass for a
+# built-in one in a policy, an audit row or the console.
+RESERVED_ROLE_PREFIXES = tuple(
+    sorted({role.name.split(".", 1)[0].lower() for role in PREDEFINED_ROLES} | {"cacheplane"})
+)
+_RESERVED_ROLE_NAME = re.compile(
+    rf"(?:{'|'.join(map(re.escape, RESERVED_ROLE_PREFIXES))})(?:[._-]|$)", re.IGNORECASE
+)
+
+
+def role_name_check(name: str) -> None:
+    """Raise ValidationFailed (malformed) or ReservedRoleName (a built-in namespace)."""
+    if not isinstance(name, str) or not ROLE_NAME.fullmatch(name):
+        raise ValidationFailed(
+            "Role names are 3-64 characters: letters, digits, '.', '_' and '-', "
+            "starting with a letter.",
+            details={"field": "name"},
+        )
+    if _RESERVED_ROLE_NAME.match(name):
+        raise ReservedRoleName(
+            f"{name!r} is in a namespace reserved for predefined roles "
+            f"({', '.join(p + '.' for p in RESERVED_ROLE_PREFIXES)} in any case).",
+            details={"name": name, "reserved_prefixes": list(RESERVED_ROLE_PREFIXES)},
+        )
 
 
 @dataclass(frozen=True)
@@ -179,15 +211,23 @@ def policy_set(*, actor: Actor, tenant: Tenant, etag: str, bindings: list[Bindin
             tenant=locked,
             target_type="iam_policy",
             target_id=str(locked.pk),
-            changes={
-                "bindings": {
-                    "before": sorted(
-                        _describe(b.role, b.principal_id, b.expires_at) for b in current.values()
-                    ),
-                    "after": sorted(_describe(r, p.pk, e) for r, p, e in resolved.values()),
-                },
-                "version": {"before": locked.policy_version - 1, "after": locked.policy_version},
-            },
+            changes=diff(
+                values_snapshot(
+                    {
+                        "bindings": sorted(
+                            _describe(b.role, b.principal_id, b.expires_at)
+                            for b in current.values()
+                        ),
+                        "version": locked.policy_version - 1,
+                    }
+                ),
+                values_snapshot(
+                    {
+                        "bindings": sorted(_describe(r, p.pk, e) for r, p, e in resolved.values()),
+                        "version": locked.policy_version,
+                    }
+                ),
+            ),
             details={"added": len(added), "removed": len(removed)},
         )
     return policy_get(tenant=locked)
@@ -218,18 +258,21 @@ def role_create(
     permissions: list[str],
     description: str = "",
 ) -> Role:
-    """A custom role of this tenant; only tenant permissions the caller holds itself."""
+    """A custom role of this tenant; only tenant permissions the caller holds itself.
+
+    Raises UnknownPermission, ValidationFailed (malformed name), ReservedRoleName (a
+    built-in namespace such as ``platform.`` in any case, or a predefined role's name),
+    EscalationDenied, DuplicateName (taken in this tenant). Nothing is written on error.
+    """
     unknown = sorted(set(permissions) - set(TENANT_PERMISSIONS))
     if unknown:
         raise UnknownPermission(
             f"Unknown or non-tenant permission(s): {', '.join(unknown)}.",
             details={"unknown": unknown},
         )
-    if (
-        name.startswith(("tenant.", "platform."))
-        or Role.objects.filter(name=name, tenant__isnull=True).exists()
-    ):
-        raise DuplicateName(f"{name!r} is reserved for predefined roles.")
+    role_name_check(name)
+    if Role.objects.filter(name__iexact=name, tenant__isnull=True).exists():
+        raise ReservedRoleName(f"{name!r} is the name of a predefined role.")
     require_held_permissions(
         actor=actor, tenant=tenant, permissions=set(permissions), what="this role"
     )
@@ -252,10 +295,7 @@ def role_create(
             tenant=tenant,
             target_type="role",
             target_id=str(role.pk),
-            changes={
-                "name": {"before": None, "after": name},
-                "permissions": {"before": None, "after": role.permissions},
-            },
+            changes=diff(EMPTY, model_snapshot(role)),
         )
     return role
 
@@ -291,6 +331,6 @@ def service_account_create(
             tenant=tenant,
             target_type="principal",
             target_id=str(principal.pk),
-            changes={"username": {"before": None, "after": username}},
+            changes=diff(EMPTY, model_snapshot(principal)),
         )
     return principal

@@ -26,6 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record
+from audit.snapshot import EMPTY, diff, model_snapshot
 from controlplane.errors import NotFound
 from tenants.actor import Actor
 from tenants.errors import ApiKeyRejected, InvalidExpiry, UnknownPrincipal
@@ -226,14 +227,7 @@ def api_key_create(
             tenant=tenant,
             target_type="api_key",
             target_id=str(key.pk),
-            changes={
-                "name": {"before": None, "after": name},
-                "principal": {"before": None, "after": str(holder.pk)},
-                "expires_at": {
-                    "before": None,
-                    "after": expires_at.isoformat() if expires_at else None,
-                },
-            },
+            changes=diff(EMPTY, model_snapshot(key)),
         )
     return IssuedKey(key=key, plaintext=plaintext)
 
@@ -244,7 +238,7 @@ def api_key_revoke(*, actor: Actor, tenant: Tenant, key_id: str) -> ApiKey:
         key = ApiKey.objects.select_for_update().filter(tenant=tenant, pk=key_id).first()
         if key is None:
             raise NotFound("No such API key.")
-        before = key.revoked_at
+        before = model_snapshot(key)
         if key.revoked_at is None:
             key.revoked_at = timezone.now()
             key.save(update_fields=["revoked_at"])
@@ -254,12 +248,7 @@ def api_key_revoke(*, actor: Actor, tenant: Tenant, key_id: str) -> ApiKey:
             tenant=tenant,
             target_type="api_key",
             target_id=str(key.pk),
-            changes={
-                "revoked_at": {
-                    "before": before.isoformat() if before else None,
-                    "after": key.revoked_at.isoformat(),
-                }
-            },
+            changes=diff(before, model_snapshot(key)),
         )
         digest = key.digest
         transaction.on_commit(lambda: key_cache.forget(digest))

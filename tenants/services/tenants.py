@@ -7,21 +7,13 @@ import secrets
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from audit.services import audit_record, changes_between
+from audit.services import audit_record
+from audit.snapshot import EMPTY, diff, model_snapshot
 from frontend.events import platform_group, publish_on_commit
 from tenants.actor import Actor
 from tenants.errors import DuplicateName, UnknownPrincipal
 from tenants.models import Principal, PrincipalKind, Role, RoleBinding, Tenant, TenantState
 from tenants.permissions import TENANT_ADMIN_ROLE
-
-
-def _snapshot(tenant: Tenant) -> dict:
-    return {
-        "slug": tenant.slug,
-        "display_name": tenant.display_name,
-        "state": tenant.state,
-        "cache_salt_version": tenant.cache_salt_version,
-    }
 
 
 def tenant_create(
@@ -49,7 +41,7 @@ def tenant_create(
             tenant=None,
             target_type="tenant",
             target_id=str(tenant.pk),
-            changes=changes_between({}, _snapshot(tenant)),
+            changes=diff(EMPTY, model_snapshot(tenant)),
             details={"admin": str(admin.pk) if admin else None},
         )
         publish_on_commit(platform_group("events"), "tenants.tenant.created", {"slug": slug})
@@ -60,7 +52,7 @@ def tenant_create(
 def tenant_update(*, actor: Actor, tenant: Tenant, display_name: str) -> Tenant:
     """Change the display name (the slug is immutable)."""
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
-    before = _snapshot(tenant)
+    before = model_snapshot(tenant)
     tenant.display_name = display_name
     tenant.save(update_fields=["display_name", "updated_at"])
     audit_record(
@@ -69,7 +61,7 @@ def tenant_update(*, actor: Actor, tenant: Tenant, display_name: str) -> Tenant:
         tenant=None,
         target_type="tenant",
         target_id=str(tenant.pk),
-        changes=changes_between(before, _snapshot(tenant)),
+        changes=diff(before, model_snapshot(tenant)),
     )
     return tenant
 
@@ -78,7 +70,7 @@ def tenant_update(*, actor: Actor, tenant: Tenant, display_name: str) -> Tenant:
 def tenant_set_state(*, actor: Actor, tenant: Tenant, state: str, reason: str = "") -> Tenant:
     """Suspend or resume. Suspension refuses the tenant's keys and sessions everywhere."""
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
-    before = _snapshot(tenant)
+    before = model_snapshot(tenant)
     if tenant.state != state:
         tenant.state = state
         tenant.suspended_at = timezone.now() if state == TenantState.SUSPENDED else None
@@ -90,7 +82,7 @@ def tenant_set_state(*, actor: Actor, tenant: Tenant, state: str, reason: str = 
         tenant=None,
         target_type="tenant",
         target_id=str(tenant.pk),
-        changes=changes_between(before, _snapshot(tenant)),
+        changes=diff(before, model_snapshot(tenant)),
         details={"reason": reason} if reason else None,
     )
     publish_on_commit(platform_group("events"), f"tenants.tenant.{verb}", {"slug": tenant.slug})
@@ -105,7 +97,7 @@ def tenant_set_state(*, actor: Actor, tenant: Tenant, state: str, reason: str = 
 def tenant_rotate_cache_salt(*, actor: Actor, tenant: Tenant) -> Tenant:
     """New salt secret and version: every vLLM prefix block of the tenant becomes unreachable."""
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
-    before = _snapshot(tenant)
+    before = model_snapshot(tenant)
     tenant.cache_salt_secret = secrets.token_hex(32)
     tenant.cache_salt_version += 1
     tenant.save(update_fields=["cache_salt_secret", "cache_salt_version", "updated_at"])
@@ -115,7 +107,7 @@ def tenant_rotate_cache_salt(*, actor: Actor, tenant: Tenant) -> Tenant:
         tenant=tenant,
         target_type="tenant",
         target_id=str(tenant.pk),
-        changes=changes_between(before, _snapshot(tenant)),
+        changes=diff(before, model_snapshot(tenant)),
     )
     return tenant
 
@@ -138,6 +130,6 @@ def human_principal_create(
             tenant=None,
             target_type="principal",
             target_id=str(principal.pk),
-            changes=changes_between({}, {"username": username, "kind": "human"}),
+            changes=diff(EMPTY, model_snapshot(principal)),
         )
     return principal

@@ -20,6 +20,7 @@ KID_1, KID_2 = "test-key-1", "test-key-2"
 def record_events(tenant, principal, count: int, *, prefix: str = "tests.thing") -> list:
     """Append ``count`` varied events to the tenant's chain (the platform chain for None)."""
     from audit.services import audit_record
+    from audit.snapshot import diff, values_snapshot
     from tenants.actor import Actor
 
     actors = [
@@ -46,7 +47,11 @@ def record_events(tenant, principal, count: int, *, prefix: str = "tests.thing")
                 outcome=outcomes[n % len(outcomes)],
                 target_type="thing" if n % 3 else "",
                 target_id=f"t-{n}" if n % 3 else "",
-                changes={"size": {"before": n, "after": n + 1}} if n % 2 else {},
+                changes=(
+                    diff(values_snapshot({"size": n}), values_snapshot({"size": n + 1}))
+                    if n % 2
+                    else None
+                ),
                 details={"n": n, "note": 'héllo, "quoted"\nline', "nested": {"ok": n % 2 == 0}},
             )
         )

@@ -13,6 +13,7 @@ from audit.chain import GENESIS_HASH
 from audit.models import PLATFORM_CHAIN, AuditEvent
 from audit.selectors import audit_chain_verify, tenant_chain_name
 from audit.services import audit_record
+from audit.snapshot import EMPTY, diff, values_snapshot
 from tenants.actor import Actor
 from tenants.errors import DuplicateName
 from tenants.models import Tenant
@@ -35,7 +36,7 @@ def test_events_link_into_a_chain_that_verifies(tenant_a, admin_a) -> None:
 
 
 @pytest.mark.django_db
-def test_event_records_actor_request_and_redacts_secrets(tenant_a, admin_a) -> None:
+def test_event_records_actor_request_and_redacts_secrets_by_value(tenant_a, admin_a) -> None:
     from controlplane.request_context import reset_request_id, set_request_id
 
     token = set_request_id("req-audit-0001")
@@ -50,16 +51,16 @@ def test_event_records_actor_request_and_redacts_secrets(tenant_a, admin_a) -> N
             ),
             action="tenants.api_key.create",
             tenant=tenant_a,
-            changes={"api_key": {"before": None, "after": "cpk_secret"}},
-            details={"password": "hunter2", "name": "ok"},
+            changes=diff(EMPTY, values_snapshot({"api_key": "k"}, sensitive={"api_key"})),
+            details={"hook": "https://u:hunter2@h.example.com/x", "name": "ok"},
         )
     finally:
         reset_request_id(token)
     assert event.request_id == "req-audit-0001"
     assert (event.actor_name, event.auth_method, event.key_id) == ("alice", "api_key", "k1")
     assert event.source_ip == "10.1.2.3"
-    assert event.changes["api_key"] == {"before": "[redacted]", "after": "[redacted]"}
-    assert event.details == {"password": "[redacted]", "name": "ok"}
+    assert event.changes["api_key"] == {"before": None, "after": "[redacted]"}
+    assert event.details == {"hook": "https://[redacted]@h.example.com/x", "name": "ok"}
 
 
 @pytest.mark.django_db
