@@ -62,6 +62,11 @@ DATABASES["default"]["TEST"] = {"NAME": env_str("CACHEPLANE_TEST_DATABASE_NAME",
 # Size it so that (web processes x MAX_SIZE) + (Celery concurrency x MIN_SIZE, a worker
 # child uses one at a time) stays below PostgreSQL's max_connections minus admin slack.
 # The pool requires CONN_MAX_AGE = 0 (Django refuses persistent connections with it).
+# Names this process's connections in pg_stat_activity (`cacheplane up` sets one per
+# child: cacheplane-web, cacheplane-celery-worker, ...), so each pool can be watched.
+DATABASES["default"]["OPTIONS"].setdefault(
+    "application_name", env_str("CACHEPLANE_DB_APPLICATION_NAME", "cacheplane") or "cacheplane"
+)
 CACHEPLANE_DB_POOL = env_bool("CACHEPLANE_DB_POOL", True)
 if CACHEPLANE_DB_POOL:
     DATABASES["default"]["CONN_MAX_AGE"] = 0
@@ -242,7 +247,21 @@ CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [REDIS_URL],
+            # redis-py >= 6 gives every connection a 5 s socket timeout by default, and
+            # channels-redis waits for messages with a 5 s BZPOPMIN: the read timed out
+            # together with the command, raising redis TimeoutError in the consumer and
+            # dropping every idle WebSocket after ~5 s. The read timeout must be well
+            # above the blocking timeout (it still bounds a dead Redis connection).
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_timeout": env_float(
+                        "CACHEPLANE_CHANNELS_SOCKET_TIMEOUT", 30.0, minimum=10.0
+                    ),
+                    "socket_keepalive": True,
+                    "health_check_interval": 15,
+                }
+            ],
             "prefix": env_str("CACHEPLANE_CHANNELS_PREFIX", "cacheplane:asgi"),
         },
     }
@@ -296,6 +315,15 @@ LOGGING = {
         "django.server": {"level": "WARNING"},
         "uvicorn.access": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+        # google-genai logs an INFO line for every request ("AFC is enabled ...").
+        "google_genai": {"level": "WARNING"},
+        # Celery's per-task INFO lines ("Task ... received", "... succeeded in 0.01s",
+        # beat's "Sending due task"): with a 5 s beat schedule they were ~40 KB a minute
+        # of logs on an idle system. Failures and retries still log at WARNING/ERROR.
+        "celery.worker.strategy": {"level": "WARNING"},
+        "celery.app.trace": {"level": "WARNING"},
+        "celery.beat": {"level": "WARNING"},
     },
 }
 

@@ -34,6 +34,8 @@ class Child:
 
     def start(self, env: dict[str, str]) -> None:
         log = self.log_path.open("ab")
+        # Each child's database connections carry its name in pg_stat_activity.
+        env = {"CACHEPLANE_DB_APPLICATION_NAME": f"cacheplane-{self.name}", **env}
         self.process = subprocess.Popen(
             self.argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
