@@ -178,6 +178,13 @@ def test_up_survives_attached_commands_and_stops_naming_a_dead_service(tmp_path:
             assert result.returncode == 0, result.stderr + result.stdout
             assert up.poll() is None
         assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 200
+        # The embedded default is least privilege: up's app role cannot touch audit rows.
+        with psycopg.connect(
+            host=str(tmp_path / "postgres"), user="cacheplane_app", dbname="cacheplane"
+        ) as conn:
+            assert conn.execute("SELECT count(*) FROM audit_auditevent").fetchone()[0] > 0
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("DELETE FROM audit_auditevent")
 
         redis_pid = int((tmp_path / "redis" / "redis.pid").read_text())
         os.kill(redis_pid, signal.SIGKILL)
