@@ -43,6 +43,26 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH_DIR))
 
 
+_METRICS = (
+    b"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.1\n"
+    b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0.0\n"
+)
+
+
+async def stub_app(scope, receive, send) -> None:
+    """The upstream stand-in: gateway_overhead's fixed chat completion, plus /health and
+    Prometheus /metrics so the control plane's probe keeps it healthy."""
+    from gateway_overhead import stub_app as completion_app
+
+    if scope["type"] == "http" and scope["path"] in ("/health", "/metrics"):
+        body = _METRICS if scope["path"] == "/metrics" else b"ok"
+        headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return
+    await completion_app(scope, receive, send)
+
+
 def _log_sizes(logs: Path) -> dict[str, int]:
     return {p.name: p.stat().st_size for p in logs.glob("*.log")}
 
@@ -52,6 +72,22 @@ def _per_minute(before: dict[str, int], after: dict[str, int], seconds: float) -
         name: round((after.get(name, 0) - before.get(name, 0)) * 60 / seconds)
         for name in sorted(after)
     }
+
+
+def _log_kinds(path: Path) -> Counter:
+    """JSON log lines counted by (logger, level): what fills a log."""
+    kinds: Counter = Counter()
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return kinds
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+            kinds[f"{record.get('logger')}:{record.get('level')}"] += 1
+        except ValueError:
+            kinds["(not json)"] += 1
+    return kinds
 
 
 class ConnectionSampler(threading.Thread):
@@ -107,7 +143,11 @@ async def _client(http, deadline: float, slug: str, key: str, body: bytes, tally
             tally[f"{path}_{response.status_code}"] += 1
             if response.status_code >= 300:
                 tally["errors"] += 1
-                tally[f"error_body:{response.status_code}:{response.text[:120]}"] += 1
+                try:
+                    code = response.json()["error"]["code"]
+                except (ValueError, KeyError, TypeError):
+                    code = response.text[:40]
+                tally[f"error_{path}:{response.status_code}:{code}"] += 1
         except httpx.HTTPError as exc:
             tally["errors"] += 1
             tally[f"error_transport:{type(exc).__name__}"] += 1
@@ -167,6 +207,12 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--port", type=int, default=18300, help="web; the stub uses port+1")
     parser.add_argument("--pool-max", type=int, default=20, help="CACHEPLANE_DB_POOL_MAX_SIZE")
+    parser.add_argument("--keep", action="store_true", help="keep the data dir (logs)")
+    parser.add_argument(
+        "--no-pool",
+        action="store_true",
+        help="baseline: CACHEPLANE_DB_POOL=false (persistent per-thread connections)",
+    )
     args = parser.parse_args()
 
     base = REPO / ".cacheplane" / "bench-runs"
@@ -184,6 +230,7 @@ def main() -> int:
             "CACHEPLANE_ADMIN_PASSWORD": "soak-admin-password-1",
             "CACHEPLANE_DB_POOL_MAX_SIZE": str(args.pool_max),
             "CACHEPLANE_LOG_LEVEL": "INFO",
+            "CACHEPLANE_DB_POOL": "false" if args.no_pool else "true",
         }
     )
     from gateway_overhead import _uvicorn, _wait_http
@@ -193,13 +240,15 @@ def main() -> int:
     up = _start_up(args, data_dir, env)
     services = None
     try:
-        with _uvicorn("gateway_overhead:stub_app", stub_port, app_dir=BENCH_DIR, cpus=None) as stub:
+        with _uvicorn("soak:stub_app", stub_port, app_dir=BENCH_DIR, cpus=None) as stub:
             _wait_http(f"{stub_url}/", stub)
             from controlplane.embedded import EmbeddedServices
 
             for name in ("DATABASE_URL", "REDIS_URL", "DATABASE_MIGRATE_URL"):
                 os.environ.pop(name, None)
             os.environ["CACHEPLANE_DATA_DIR"] = str(data_dir)
+            # API keys are hashed with the secret key: use the one up generated.
+            os.environ["CACHEPLANE_SECRET_KEY"] = (data_dir / "secret_key").read_text().strip()
             services = EmbeddedServices(data_dir, roles=True)
             os.environ.update(services.start())
             assert not services.postgres.owned and not services.redis.owned
@@ -225,6 +274,7 @@ def main() -> int:
             tally = asyncio.run(_load(url, args.seconds, args.concurrency, "bench-gw", key))
             elapsed = time.monotonic() - started
             load_rates = _per_minute(load_before, _log_sizes(logs), elapsed)
+            log_lines = {name: _log_kinds(logs / name) for name in ("web.log", "celery-worker.log")}
             sampler.stop_event.set()
             sampler.join(timeout=5)
             alive = up.poll() is None
@@ -237,7 +287,10 @@ def main() -> int:
                 up.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 os.killpg(up.pid, signal.SIGKILL)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        if args.keep:
+            print(f"data and logs kept in {data_dir}")
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
 
     requests = sum(v for k, v in tally.items() if k.startswith(("rest_", "gateway_")))
     web = sampler.max_by_app.get("cacheplane-web", 0)
@@ -248,15 +301,17 @@ def main() -> int:
         f"alternating REST GET caches and gateway chat completions (stub upstream)"
     )
     print(f"responses: {dict(sorted((k, v) for k, v in tally.items() if '_' in k))}")
+    for name in ("web.log", "celery-worker.log"):
+        print(f"{name} lines by logger and level: {dict(log_lines.get(name, {}))}")
     print(f"max connections per application_name: {dict(sampler.max_by_app)}")
     print(f"max connections total: {sampler.max_total} ({sampler.samples} samples)")
     print(f"log bytes/minute at idle: {idle_rates}")
     print(f"log bytes/minute under load: {load_rates}")
-    ok = tally["errors"] == 0 and web <= args.pool_max and alive
+    ok = tally["errors"] == 0 and (args.no_pool or web <= args.pool_max) and alive
     print(
         f"RESULT seconds={elapsed:.0f} concurrency={args.concurrency} requests={requests} "
         f"rps={requests / elapsed:.0f} errors={tally['errors']} web_conn_max={web} "
-        f"pool_max={args.pool_max} db_conn_max_total={sampler.max_total} "
+        f"pool_max={0 if args.no_pool else args.pool_max} db_conn_max_total={sampler.max_total} "
         f"celery_log_idle_bpm={idle_rates.get('celery-worker.log', 0)} "
         f"celery_log_load_bpm={load_rates.get('celery-worker.log', 0)} "
         f"web_log_load_bpm={load_rates.get('web.log', 0)} up_alive={int(alive)} "

@@ -121,10 +121,15 @@ def worker_probe(*, worker: Worker, client: httpx.Client | None = None) -> Worke
         error = ""
     except (httpx.HTTPError, WorkerProbeFailed) as exc:
         snapshot, capacity, error = {}, {}, str(exc) or type(exc).__name__
-        logger.warning("worker probe failed", extra={"worker": worker.name, "error": error[:200]})
+        # One WARNING when a worker goes unhealthy, not one per 5 s probe while it stays so
+        # (that filled the Celery log of an idle system).
+        log = logger.warning if worker.state != WorkerState.UNHEALTHY else logger.debug
+        log("worker probe failed", extra={"worker": worker.name, "error": error[:200]})
     finally:
         if owned:
             client.close()
+    if not error and worker.state == WorkerState.UNHEALTHY:
+        logger.warning("worker recovered", extra={"worker": worker.name})
     for name, value in capacity.items():
         setattr(worker, name, value)
     if worker.state != WorkerState.DRAINING:
