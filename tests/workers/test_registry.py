@@ -225,3 +225,19 @@ def test_probing_leaves_a_draining_worker_draining(switchable_worker) -> None:
     assert worker_probe(worker=worker).state == WorkerState.DRAINING
     switchable_worker.metrics = "garbage here"
     assert worker_probe(worker=worker).state == WorkerState.DRAINING
+
+
+def test_a_worker_that_stays_down_is_reported_once_not_every_probe(
+    switchable_worker, caplog
+) -> None:
+    worker = worker_register(
+        actor=Actor.cli(), name="down", base_url=switchable_worker.base_url, model="m"
+    )
+    switchable_worker.metrics = "garbage here"
+    with caplog.at_level("INFO", logger="workers.services"):
+        for _ in range(3):
+            worker = worker_probe(worker=worker)
+        switchable_worker.metrics = _SwitchableWorker.GOOD
+        worker_probe(worker=worker)
+    messages = [r.getMessage() for r in caplog.records if r.name == "workers.services"]
+    assert messages == ["worker probe failed", "worker recovered"]
