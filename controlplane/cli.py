@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from controlplane.env import ConfigError
@@ -91,7 +92,7 @@ def db_grant(rest: list[str]) -> int:
     return 0
 
 
-def _with_embedded_services(argv: list[str], run=None) -> int:
+def _with_embedded_services(argv: list[str], run: Callable[[], int] | None = None) -> int:
     """Run a command with embedded services for the URLs that are unset: started (and
     stopped at the end) when nobody runs them, attached to (and left running) when
     another process such as ``cacheplane up`` owns them."""
