@@ -8,6 +8,13 @@
   command, e.g. ``cacheplane audit verify-chain``.
 - ``cacheplane audit verify PATH --public-key FILE``: check an audit export offline
   (runs without Django, a database or embedded services).
+- ``cacheplane db-grant [ROLE]``: after a migrate, grant the application role (default:
+  the user of ``DATABASE_URL``) its privileges, without UPDATE/DELETE/TRUNCATE on the
+  audit tables; run as the owner (``DATABASE_MIGRATE_URL``).
+
+Embedded services (``DATABASE_URL`` / ``REDIS_URL`` unset) belong to the process that
+starts them. A command run while ``cacheplane up`` runs on the same data dir attaches to
+its servers and leaves them running when it ends.
 
 Configuration problems end the command with one line naming the variable.
 """
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from controlplane.env import ConfigError
@@ -51,17 +59,58 @@ def run_django_command(argv: list[str]) -> int:
     return 0
 
 
-def _with_embedded_services(argv: list[str]) -> int:
-    """Run a management command, starting embedded services only if URLs are unset."""
+def _migrate_argv(argv: list[str]) -> list[str]:
+    """``migrate`` runs as the owner role when one is configured (DATABASE_MIGRATE_URL)."""
+    if argv[1:2] != ["migrate"] or not os.environ.get("DATABASE_MIGRATE_URL"):
+        return argv
+    if any(arg == "--database" or arg.startswith("--database=") for arg in argv):
+        return argv
+    return [*argv, "--database", "migrate"]
+
+
+def _grant_after_migrate(argv: list[str]) -> None:
+    if argv[1:2] == ["migrate"] and os.environ.get("DATABASE_MIGRATE_URL"):
+        from controlplane.dbroles import app_role_grant_configured
+
+        granted = app_role_grant_configured()
+        if granted:
+            print(f"granted application role {granted[0]} (append-only: {', '.join(granted[1])})")
+
+
+def db_grant(rest: list[str]) -> int:
+    """``cacheplane db-grant [ROLE]``: the application role's privileges after a migrate."""
+    from controlplane.dbroles import app_role_grant_configured
+
+    _setup_django()
+    granted = app_role_grant_configured(role=rest[0] if rest else None)
+    if granted is None:
+        return _fail(
+            "db-grant: name the application role, or set DATABASE_MIGRATE_URL (the owner) "
+            "and DATABASE_URL (the application role) to different users"
+        )
+    print(f"granted application role {granted[0]} (append-only: {', '.join(granted[1])})")
+    return 0
+
+
+def _with_embedded_services(argv: list[str], run: Callable[[], int] | None = None) -> int:
+    """Run a command with embedded services for the URLs that are unset: started (and
+    stopped at the end) when nobody runs them, attached to (and left running) when
+    another process such as ``cacheplane up`` owns them."""
     from controlplane.embedded import EmbeddedServiceError, EmbeddedServices
 
-    services = EmbeddedServices(_data_dir())
+    services = EmbeddedServices(_data_dir(), roles=True)
     try:
         os.environ.update(services.start())
     except EmbeddedServiceError as exc:
         return _fail(str(exc))
     try:
-        return run_django_command(argv)
+        if run is not None:
+            return run()
+        argv = _migrate_argv(argv)
+        status = run_django_command(argv)
+        if status == 0:
+            _grant_after_migrate(argv)
+        return status
     finally:
         services.stop()
 
@@ -87,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             from audit.verify import main as audit_verify_main
 
             return audit_verify_main(rest[1:])
+        if command == "db-grant":
+            return _with_embedded_services([], run=lambda: db_grant(rest))
         if command == "manage":
             return _with_embedded_services(["cacheplane", *rest])
         command = command.replace("-", "_")  # `isolation-check` → isolation_check

@@ -1,8 +1,10 @@
 """``cacheplane up``: one command that sets up and runs the whole system.
 
 It supervises child processes (ASGI server, Celery worker, Celery beat, plus the demo
-providers) and stops all of them, then the embedded services, on Ctrl-C or when any
-child dies, so nothing is left running and the data stays for the next start.
+providers) and the embedded PostgreSQL and Redis it owns, and stops all of them on
+Ctrl-C or when any of them dies, naming the dead one, so nothing is left running and the
+data stays for the next start. Other ``cacheplane`` commands run meanwhile on the same
+data dir attach to its embedded servers and never stop them (controlplane/embedded.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class Child:
 
     def start(self, env: dict[str, str]) -> None:
         log = self.log_path.open("ab")
+        # Each child's database connections carry its name in pg_stat_activity.
+        env = {"CACHEPLANE_DB_APPLICATION_NAME": f"cacheplane-{self.name}", **env}
         self.process = subprocess.Popen(
             self.argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -125,7 +129,9 @@ def up(argv: list[str], *, data_dir: Path) -> int:
     os.environ.setdefault("CACHEPLANE_DATA_DIR", str(data_dir))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
-    services = EmbeddedServices(data_dir)
+    # roles=True: the application connects as a role that cannot rewrite the audit
+    # tables; migrations run as the owner role (controlplane/dbroles.py).
+    services = EmbeddedServices(data_dir, roles=True)
     try:
         exported = services.start()
     except EmbeddedServiceError as exc:
@@ -134,15 +140,42 @@ def up(argv: list[str], *, data_dir: Path) -> int:
     os.environ.update(exported)
     children: list[Child] = []
     try:
-        return _run(args, data_dir, exported, children)
+        return _run(args, data_dir, exported, children, services)
     finally:
         for child in reversed(children):
             child.stop()
         services.stop()
 
 
+def _dead_service(services: EmbeddedServices) -> bool:
+    """Report a dead embedded service loudly; True when one died."""
+    dead = services.dead()
+    for name in dead:
+        print(
+            f"cacheplane: {name} exited unexpectedly; stopping.\n{services.log_tail(name)}",
+            file=sys.stderr,
+        )
+    return bool(dead)
+
+
+def _migrate() -> None:
+    """Migrations as the owner role when there is one, then the application role's grants."""
+    from django.core.management import call_command
+    from django.db import connections
+
+    from controlplane.dbroles import app_role_grant_configured
+
+    database = "migrate" if "migrate" in connections else "default"
+    call_command("migrate", interactive=False, verbosity=0, database=database)
+    app_role_grant_configured()
+
+
 def _run(
-    args: argparse.Namespace, data_dir: Path, exported: dict[str, str], children: list[Child]
+    args: argparse.Namespace,
+    data_dir: Path,
+    exported: dict[str, str],
+    children: list[Child],
+    services: EmbeddedServices,
 ) -> int:
     import django
     from django.core.management import call_command
@@ -152,7 +185,7 @@ def _run(
     from controlplane.assets import ensure_assets
 
     ensure_assets()  # the console's npm packages (npm ci from package-lock.json)
-    call_command("migrate", interactive=False, verbosity=0)
+    _migrate()
     call_command("bootstrap", *([] if not args.no_demo else ["--no-demo"]))
 
     python = sys.executable
@@ -228,12 +261,14 @@ def _run(
 
     url = f"http://{args.host}:{args.port}"
     if not _wait_ready(url, children):
+        if _dead_service(services):
+            return 1
         dead = [c for c in children if c.process is not None and c.process.poll() is not None]
         for child in dead or children[:1]:
             print(f"cacheplane: {child.name} failed to start:\n{child.tail()}", file=sys.stderr)
         return 1
     _register_demo_worker()
-    _print_banner(url, exported, logs)
+    _print_banner(url, exported, logs, services)
     if args.check:
         return 0
     while not stop_requested:
@@ -245,6 +280,8 @@ def _run(
                     file=sys.stderr,
                 )
                 return 1
+        if _dead_service(services):
+            return 1
         time.sleep(0.5)  # supervisor idle loop
     print(f"\ncacheplane: stopping (data kept in {data_dir})")
     return 0
@@ -326,7 +363,15 @@ def _register_demo_worker() -> None:
     )
 
 
-def _print_banner(url: str, exported: dict[str, str], logs: Path) -> None:
+def _ownership(service: object | None) -> str:
+    if service is None or getattr(service, "owned", True):
+        return ""
+    return f" (attached; owned by pid {service.ownership.info.get('owner_pid')})"
+
+
+def _print_banner(
+    url: str, exported: dict[str, str], logs: Path, services: EmbeddedServices
+) -> None:
     lines = [
         "",
         "Cacheplane is running.",
@@ -336,9 +381,20 @@ def _print_banner(url: str, exported: dict[str, str], logs: Path) -> None:
         f"  Logs:      {logs}/",
     ]
     if "DATABASE_URL" in exported:
-        lines.append(f"  Database:  embedded PostgreSQL (data in {logs.parent / 'postgres'})")
+        lines.append(
+            f"  Database:  embedded PostgreSQL (data in {logs.parent / 'postgres'})"
+            f"{_ownership(services.postgres)}"
+        )
+        if "DATABASE_MIGRATE_URL" in exported:
+            lines.append(
+                "             app role cacheplane_app (no UPDATE/DELETE on audit tables), "
+                "migrations as cacheplane_owner"
+            )
     if "REDIS_URL" in exported:
-        lines.append(f"  Redis:     embedded redis-server at {exported['REDIS_URL']}")
+        lines.append(
+            f"  Redis:     embedded redis-server at {exported['REDIS_URL']}"
+            f"{_ownership(services.redis)}"
+        )
     demo_worker = os.environ.get("CACHEPLANE_DEMO_WORKER_URL")
     if demo_worker:
         lines.append(f"  Worker:    reference vLLM-compatible worker at {demo_worker}")

@@ -57,36 +57,81 @@ def worker_register(
     return worker
 
 
-def worker_probe(*, worker: Worker, client: httpx.Client | None = None) -> Worker:
-    """Read /health and /metrics; record state, capacity and a metrics snapshot."""
-    client = client or httpx.Client(timeout=5)
+#: Metric samples copied into ``Worker.metrics`` (vLLM names).
+_SNAPSHOT_SAMPLES = frozenset(
+    {
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:num_preemptions_total",
+    }
+)
+
+
+class WorkerProbeFailed(Exception):
+    """A worker answered, but not like a vLLM server (bad status, not Prometheus text)."""
+
+
+def _scrape(*, worker: Worker, client: httpx.Client) -> tuple[dict[str, float | str], dict]:
+    """GET /health and /metrics; the snapshot and capacity fields, or WorkerProbeFailed /
+    httpx.HTTPError. Parsing is fully done before anything is assigned to the worker."""
+    health = client.get(f"{worker.base_url}/health")
+    if health.status_code != 200:
+        raise WorkerProbeFailed(f"/health answered {health.status_code}")
+    metrics = client.get(f"{worker.base_url}/metrics")
+    if metrics.status_code != 200:
+        raise WorkerProbeFailed(f"/metrics answered {metrics.status_code}")
     snapshot: dict[str, float | str] = {}
+    capacity: dict = {}
     try:
-        healthy = client.get(f"{worker.base_url}/health").status_code == 200
-        text = client.get(f"{worker.base_url}/metrics").text
-    except httpx.HTTPError as exc:
-        logger.warning("worker unreachable", extra={"worker": worker.name, "error": str(exc)})
-        healthy, text = False, ""
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "vllm:cache_config_info":
-                worker.block_size = int(sample.labels.get("block_size", worker.block_size))
-                blocks = sample.labels.get("num_gpu_blocks")
-                worker.num_blocks = int(blocks) if blocks and blocks.isdigit() else None
-            elif sample.name in (
-                "vllm:kv_cache_usage_perc",
-                "vllm:num_requests_running",
-                "vllm:num_requests_waiting",
-                "vllm:prefix_cache_queries_total",
-                "vllm:prefix_cache_hits_total",
-                "vllm:num_preemptions_total",
-            ):
-                snapshot[sample.name] = sample.value
-            elif sample.name == "vllm:gpu_cache_usage_perc":  # removed in vLLM 0.12
-                snapshot.setdefault("vllm:kv_cache_usage_perc", sample.value)
-    worker.state = WorkerState.HEALTHY if healthy else WorkerState.UNHEALTHY
-    worker.metrics = snapshot
-    if healthy:
+        for family in text_string_to_metric_families(metrics.text):
+            for sample in family.samples:
+                if sample.name == "vllm:cache_config_info":
+                    capacity["block_size"] = int(sample.labels.get("block_size", worker.block_size))
+                    blocks = sample.labels.get("num_gpu_blocks")
+                    capacity["num_blocks"] = int(blocks) if blocks and blocks.isdigit() else None
+                elif sample.name in _SNAPSHOT_SAMPLES:
+                    snapshot[sample.name] = sample.value
+                elif sample.name == "vllm:gpu_cache_usage_perc":  # removed in vLLM 0.12
+                    snapshot.setdefault("vllm:kv_cache_usage_perc", sample.value)
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        # prometheus_client's parser raises these on text that is not exposition format.
+        raise WorkerProbeFailed(f"/metrics is not Prometheus text ({exc})") from None
+    return snapshot, capacity
+
+
+def worker_probe(*, worker: Worker, client: httpx.Client | None = None) -> Worker:
+    """Read /health and /metrics; record state, capacity and a metrics snapshot.
+
+    Any failure of this one worker (unreachable, an error status, /metrics that is not
+    Prometheus text) marks it unhealthy with the reason in ``metrics["probe_error"]``
+    and raises nothing, so probing the others goes on; the next successful probe marks it
+    healthy again. A draining worker stays draining (an operator's decision).
+    """
+    owned = client is None
+    client = client or httpx.Client(timeout=5)
+    try:
+        snapshot, capacity = _scrape(worker=worker, client=client)
+        error = ""
+    except (httpx.HTTPError, WorkerProbeFailed) as exc:
+        snapshot, capacity, error = {}, {}, str(exc) or type(exc).__name__
+        # One WARNING when a worker goes unhealthy, not one per 5 s probe while it stays so
+        # (that filled the Celery log of an idle system).
+        log = logger.warning if worker.state != WorkerState.UNHEALTHY else logger.debug
+        log("worker probe failed", extra={"worker": worker.name, "error": error[:200]})
+    finally:
+        if owned:
+            client.close()
+    if not error and worker.state == WorkerState.UNHEALTHY:
+        logger.warning("worker recovered", extra={"worker": worker.name})
+    for name, value in capacity.items():
+        setattr(worker, name, value)
+    if worker.state != WorkerState.DRAINING:
+        worker.state = WorkerState.UNHEALTHY if error else WorkerState.HEALTHY
+    worker.metrics = {**snapshot, "probe_error": error[:300]} if error else snapshot
+    if not error:
         worker.last_seen_at = timezone.now()
     worker.save(
         update_fields=["block_size", "num_blocks", "state", "metrics", "last_seen_at", "updated_at"]
@@ -98,12 +143,27 @@ def workers_probe_all(*, client: httpx.Client | None = None) -> list[Worker]:
     """Probe every registered worker and publish one fleet snapshot (platform topic).
 
     Workers are shared infrastructure, so this reads across tenants by design; the
-    snapshot carries no tenant data.
+    snapshot carries no tenant data. One worker's failure never stops the others: each
+    probe records its own outcome, and an unexpected error is logged and that worker
+    marked unhealthy.
     """
     from frontend.events import platform_group, publish_now
 
+    owned = client is None
     client = client or httpx.Client(timeout=3)
-    probed = [worker_probe(worker=w, client=client) for w in Worker.objects.order_by("name")]
+    probed: list[Worker] = []
+    try:
+        for worker in Worker.objects.order_by("name"):
+            try:
+                probed.append(worker_probe(worker=worker, client=client))
+            except Exception:
+                logger.exception("worker probe crashed", extra={"worker": worker.name})
+                Worker.objects.filter(pk=worker.pk).exclude(state=WorkerState.DRAINING).update(
+                    state=WorkerState.UNHEALTHY, updated_at=timezone.now()
+                )
+    finally:
+        if owned:
+            client.close()
     publish_now(
         platform_group("workers"),
         "workers.snapshot",

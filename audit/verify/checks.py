@@ -33,7 +33,14 @@ from audit.errors import (
 )
 from audit.ocsf import ocsf_event
 from audit.signing import KeySet, signature_valid
-from audit.verify.reading import MAX_MANIFEST_BYTES, Bundle, file_sha256, parsed_lines, read_lines
+from audit.verify.reading import (
+    MAX_MANIFEST_BYTES,
+    ZIP_ERRORS,
+    Bundle,
+    file_sha256,
+    parsed_lines,
+    read_lines,
+)
 from audit.verify.report import Report
 from audit.verify.walk import EventsCheck
 
@@ -201,46 +208,56 @@ def verify_bundle(path: Path, keys: KeySet) -> Report:
     if len(keys) == 0:
         raise PublicKeyMissing("no public key given")
     bundle = Bundle(path)
-    report = Report()
     try:
-        try:
-            with bundle.open(MANIFEST_FILE) as stream:
-                raw_manifest = stream.read(MAX_MANIFEST_BYTES + 1)
-            if len(raw_manifest) > MAX_MANIFEST_BYTES:
-                raise BundleUnreadable(f"{MANIFEST_FILE} is larger than any real manifest")
-            manifest = json.loads(raw_manifest.decode("utf-8"))
-        except KeyError:
-            raise BundleUnreadable(f"{path} holds no {MANIFEST_FILE}") from None
-        except (ValueError, UnicodeDecodeError):
-            report.add("manifest", f"{MANIFEST_FILE} is not valid JSON (altered)")
-            return report
-        if not isinstance(manifest, dict) or manifest.get("kind") != MANIFEST_KIND:
-            report.add("manifest", f"{MANIFEST_FILE} is not a Cacheplane audit export manifest")
-            return report
-        _check_signature(report, manifest, keys)
-        try:
-            filters = ExportFilters.from_json(manifest.get("filters") or {})
-            _check_chain_specs(manifest)
-        except (KeyError, TypeError, ValueError, AttributeError):
-            report.add("manifest", "the manifest's filters or chain list are malformed")
-            return report
-        _check_scope(report, manifest)
-        _check_files(report, bundle, manifest)
-        anchors = _check_digests(report, bundle, manifest, keys)
-        try:
-            EventsCheck(report, manifest, filters, anchors).run(read_lines(bundle, EVENTS_FILE))
-        except KeyError:
-            report.add("file", f"{EVENTS_FILE} is missing")
-        _check_totals(report, manifest)
-        fmt = manifest.get("format")
-        view = VIEW_FILES.get(fmt) if isinstance(fmt, str) else None
-        if view is not None and {view, EVENTS_FILE} <= set(bundle.names()):
-            if any(f.kind in _RECORD_KINDS for f in report.findings):
-                report.checks.append(f"{view}: not compared, the canonical file is damaged")
-            else:
-                _check_view(report, bundle, view, fmt)
+        return _verify_open_bundle(path, bundle, keys)
+    except ZIP_ERRORS as exc:
+        if bundle.is_zip:
+            # A damaged archive (bad CRC, broken deflate stream, garbage header): nothing
+            # in it can be trusted or reported on, so the verifier cannot run.
+            raise BundleUnreadable(f"{path} is a damaged zip archive ({exc})") from None
+        raise
     finally:
         bundle.close()
+
+
+def _verify_open_bundle(path: Path, bundle: Bundle, keys: KeySet) -> Report:
+    report = Report()
+    try:
+        with bundle.open(MANIFEST_FILE) as stream:
+            raw_manifest = stream.read(MAX_MANIFEST_BYTES + 1)
+        if len(raw_manifest) > MAX_MANIFEST_BYTES:
+            raise BundleUnreadable(f"{MANIFEST_FILE} is larger than any real manifest")
+        manifest = json.loads(raw_manifest.decode("utf-8"))
+    except KeyError:
+        raise BundleUnreadable(f"{path} holds no {MANIFEST_FILE}") from None
+    except (ValueError, UnicodeDecodeError):
+        report.add("manifest", f"{MANIFEST_FILE} is not valid JSON (altered)")
+        return report
+    if not isinstance(manifest, dict) or manifest.get("kind") != MANIFEST_KIND:
+        report.add("manifest", f"{MANIFEST_FILE} is not a Cacheplane audit export manifest")
+        return report
+    _check_signature(report, manifest, keys)
+    try:
+        filters = ExportFilters.from_json(manifest.get("filters") or {})
+        _check_chain_specs(manifest)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        report.add("manifest", "the manifest's filters or chain list are malformed")
+        return report
+    _check_scope(report, manifest)
+    _check_files(report, bundle, manifest)
+    anchors = _check_digests(report, bundle, manifest, keys)
+    try:
+        EventsCheck(report, manifest, filters, anchors).run(read_lines(bundle, EVENTS_FILE))
+    except KeyError:
+        report.add("file", f"{EVENTS_FILE} is missing")
+    _check_totals(report, manifest)
+    fmt = manifest.get("format")
+    view = VIEW_FILES.get(fmt) if isinstance(fmt, str) else None
+    if view is not None and {view, EVENTS_FILE} <= set(bundle.names()):
+        if any(f.kind in _RECORD_KINDS for f in report.findings):
+            report.checks.append(f"{view}: not compared, the canonical file is damaged")
+        else:
+            _check_view(report, bundle, view, fmt)
     return report
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
+import struct
 import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -16,6 +19,24 @@ from audit.errors import BundleUnreadable
 MAX_LINE_BYTES = 16 << 20
 #: Largest manifest read into memory.
 MAX_MANIFEST_BYTES = 256 << 20
+
+#: What the zipfile module raises on a damaged archive, at open or while a member is read:
+#: bad headers and CRCs (BadZipFile), broken compressed streams (zlib/lzma errors,
+#: EOFError), garbage sizes and offsets (ValueError, struct.error, OverflowError), an
+#: unsupported or encrypted member (NotImplementedError, RuntimeError) and I/O errors.
+#: Each of these is "the bundle is unreadable", never a traceback.
+ZIP_ERRORS: tuple[type[BaseException], ...] = (
+    zipfile.BadZipFile,
+    zlib.error,
+    lzma.LZMAError,
+    EOFError,
+    OSError,
+    ValueError,
+    struct.error,
+    OverflowError,
+    NotImplementedError,
+    RuntimeError,
+)
 
 
 class Bundle:
@@ -30,8 +51,12 @@ class Bundle:
             raise BundleUnreadable(f"{path} does not exist")
         try:
             self._zip = zipfile.ZipFile(path)
-        except (zipfile.BadZipFile, OSError) as exc:
+        except ZIP_ERRORS as exc:
             raise BundleUnreadable(f"{path} is not a readable zip archive ({exc})") from None
+
+    @property
+    def is_zip(self) -> bool:
+        return self._zip is not None
 
     def names(self) -> list[str]:
         if self._zip is not None:

@@ -124,3 +124,120 @@ def test_cacheplane_worker_dry_run_registers_and_prints_the_vllm_command() -> No
     assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in result.stdout
     # The subprocess committed to the same (test) database.
     assert Worker.objects.filter(name="gpu-7", engine="vllm").exists()
+
+
+class _SwitchableWorker:
+    """A real local HTTP server answering /health and /metrics; ``metrics`` is what
+    /metrics returns (vLLM exposition text, or anything else)."""
+
+    GOOD = (
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        "vllm:kv_cache_usage_perc 0.25\n"
+        "# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="32",num_gpu_blocks="128"} 1.0\n'
+    )
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.metrics = self.GOOD
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = (owner.metrics if self.path == "/metrics" else "ok").encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def switchable_worker():
+    worker = _SwitchableWorker()
+    yield worker
+    worker.close()
+
+
+def test_a_worker_without_prometheus_metrics_is_unhealthy_and_the_others_are_still_probed(
+    switchable_worker, redis_flush
+) -> None:
+    from workers.services import workers_probe_all
+
+    switchable_worker.metrics = "<html><body>Welcome to nginx!</body></html>"
+    with serve(tiny_config(num_blocks=64)) as running:
+        # "a-" sorts first: a crash on it would leave "b-" unprobed.
+        worker_register(
+            actor=Actor.cli(), name="a-bad", base_url=switchable_worker.base_url, model="m"
+        )
+        worker_register(actor=Actor.cli(), name="b-ref", base_url=running.base_url, model="m")
+        Worker.objects.update(state=WorkerState.UNHEALTHY)
+        probed = {w.name: w for w in workers_probe_all()}
+    assert probed["a-bad"].state == WorkerState.UNHEALTHY
+    assert "not Prometheus text" in probed["a-bad"].metrics["probe_error"]
+    assert probed["b-ref"].state == WorkerState.HEALTHY
+    assert "vllm:kv_cache_usage_perc" in probed["b-ref"].metrics
+    assert Worker.objects.get(name="a-bad").state == WorkerState.UNHEALTHY
+
+
+def test_an_unhealthy_worker_recovers_when_it_answers_again(switchable_worker, redis_flush) -> None:
+    from workers.tasks import workers_probe_task
+
+    worker_register(
+        actor=Actor.cli(), name="flappy", base_url=switchable_worker.base_url, model="m"
+    )
+    switchable_worker.metrics = "not metrics at all"
+    workers_probe_task.apply()
+    worker = Worker.objects.get(name="flappy")
+    assert worker.state == WorkerState.UNHEALTHY and worker.metrics["probe_error"]
+    seen_before = worker.last_seen_at
+
+    switchable_worker.metrics = _SwitchableWorker.GOOD
+    for _ in range(2):  # running the task twice changes nothing more
+        workers_probe_task.apply()
+        worker.refresh_from_db()
+        assert worker.state == WorkerState.HEALTHY
+        assert worker.metrics == {"vllm:kv_cache_usage_perc": 0.25}
+        assert (worker.block_size, worker.num_blocks) == (32, 128)
+    assert worker.last_seen_at > seen_before
+
+
+def test_probing_leaves_a_draining_worker_draining(switchable_worker) -> None:
+    worker = worker_register(
+        actor=Actor.cli(), name="drain", base_url=switchable_worker.base_url, model="m"
+    )
+    Worker.objects.filter(pk=worker.pk).update(state=WorkerState.DRAINING)
+    worker.refresh_from_db()
+    assert worker_probe(worker=worker).state == WorkerState.DRAINING
+    switchable_worker.metrics = "garbage here"
+    assert worker_probe(worker=worker).state == WorkerState.DRAINING
+
+
+def test_a_worker_that_stays_down_is_reported_once_not_every_probe(
+    switchable_worker, caplog
+) -> None:
+    worker = worker_register(
+        actor=Actor.cli(), name="down", base_url=switchable_worker.base_url, model="m"
+    )
+    switchable_worker.metrics = "garbage here"
+    with caplog.at_level("INFO", logger="workers.services"):
+        for _ in range(3):
+            worker = worker_probe(worker=worker)
+        switchable_worker.metrics = _SwitchableWorker.GOOD
+        worker_probe(worker=worker)
+    messages = [r.getMessage() for r in caplog.records if r.name == "workers.services"]
+    assert messages == ["worker probe failed", "worker recovered"]
