@@ -200,6 +200,7 @@ def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
         if op.kind == OperationKind.CREATE:
             cache.activated_at = now
             fields.append("activated_at")
+            _creation_book(op, cache, now)
         reason = f"{op.kind} succeeded"
         if remote.cached_tokens is not None:
             reason += f" (resident: {remote.cached_tokens} cached tokens)"
@@ -213,6 +214,25 @@ def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
     else:
         cache_transition(cache=cache, to_state=CacheState.EVICTED, actor=SYSTEM, reason="evicted")
     operation_finish(op, OperationStatus.SUCCEEDED)
+
+
+def _creation_book(op: CacheOperation, cache: CacheObject, now) -> None:
+    """Book the write of the cached tokens (billing; one ledger row per operation)."""
+    from billing.services.usage import cache_creation_record
+
+    transaction.on_commit(
+        lambda: cache_creation_record(
+            tenant=cache.tenant,
+            cache_id=str(cache.pk),
+            operation_id=str(op.pk),
+            provider=cache.provider,
+            model=cache.model,
+            tokens=int(cache.token_count or 0),
+            ttl_seconds=int(cache.ttl_seconds),
+            occurred_at=now,
+            principal_id=str(op.requested_by_id) if op.requested_by_id else None,
+        )
+    )
 
 
 def next_refresh_time(cache: CacheObject, now):
