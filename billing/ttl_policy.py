@@ -218,7 +218,7 @@ def pin_allowed(
 #      budget pressure is applied here and on every other point.
 
 GAP_MEMORY = 48
-GAP_DECAY = 0.94  # weight of a gap one observation older (effective memory ~17 gaps)
+GAP_DECAY = 0.97  # weight of a gap one observation older (effective memory ~33 gaps)
 MIN_HISTORY = 2
 NEAR_BUDGET = Decimal("0.9")
 OVER_BUDGET = Decimal("1.0")
@@ -255,7 +255,11 @@ def breakeven_gap_seconds(economics: CacheEconomics) -> float:
 
 
 def keep_alive_seconds(*, gaps: tuple[float, ...], breakeven_gap: float) -> float:
-    """The ``k`` minimising the weighted cost of the observed gaps (see above)."""
+    """The ``k`` minimising the weighted cost of the observed gaps (see the section comment).
+
+    (Conditioning on the kind of the latest gap, short or long, was measured too: no
+    better on either trace, so the plain weighted history decides.)
+    """
     if breakeven_gap <= 0:
         return 0.0
     if len(gaps) < MIN_HISTORY:
@@ -267,7 +271,7 @@ def keep_alive_seconds(*, gaps: tuple[float, ...], breakeven_gap: float) -> floa
     total = sum(w for _, w in weighted)
     # Sweep k upwards through the sorted gaps: below k a gap costs its length, above it
     # costs k + G*. cost(k) = covered + (k + G*) * uncovered_weight.
-    best_k, best = 0.0, total * breakeven_gap
+    best_k, best, best_remaining = 0.0, total * breakeven_gap, total
     covered, remaining = 0.0, total
     for g, w in weighted:
         covered += g * w
@@ -275,7 +279,11 @@ def keep_alive_seconds(*, gaps: tuple[float, ...], breakeven_gap: float) -> floa
         k = g * 1.05 + 1.0  # just past this gap (hit-flush lag and jitter)
         cost = covered + (k + breakeven_gap) * remaining
         if cost < best:
-            best_k, best = k, cost
+            best_k, best, best_remaining = k, cost, remaining
+    if best_remaining <= total * 1e-9:
+        # Every gap seen is worth bridging: the history says nothing about longer ones,
+        # and bridging any gap up to G* never costs more than the miss it avoids.
+        return max(best_k, breakeven_gap)
     return best_k
 
 
