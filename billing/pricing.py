@@ -54,13 +54,15 @@ LONG_BASES = (LONG_BASIS_PROMPT, LONG_BASIS_UNCACHED)
 # The cache TTLs each provider really offers, in seconds (None: any TTL its API accepts,
 # from ``PROVIDER_MIN_TTL`` up). Anthropic sells exactly two: 5 minutes (writes 1.25x)
 # and 1 hour (writes 2x); a 30-minute TTL does not exist there and is refused rather than
-# priced at the 1-hour rate. DeepSeek and OpenAI cache automatically (no TTL to choose).
+# priced at the 1-hour rate. Vertex explicit caches take any TTL from 60 s (no documented
+# maximum); OpenAI and DeepSeek cache automatically, so a TTL there is a modelling
+# assumption for the break-even analysis (any positive value), not a purchase.
 PROVIDER_TTL_CHOICES: dict[str, tuple[int, ...] | None] = {
     "anthropic": (300, 3600),
     "vertex": None,
     "vllm": None,
-    "openai": (),
-    "deepseek": (),
+    "openai": None,
+    "deepseek": None,
 }
 PROVIDER_MIN_TTL = {"vertex": 60, "vllm": 1}
 
