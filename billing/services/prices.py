@@ -98,8 +98,17 @@ def model_rates_clean(rates: dict[str, Any]) -> dict[str, Any]:
     ``input_per_mtok``, ``cached_input_per_mtok`` and ``output_per_mtok`` are required;
     cache writes default to the input rate (no write premium: Vertex, OpenAI before
     GPT-5.6), storage to zero. With ``long_threshold_tokens`` the long-tier input, cached
-    input and output rates are required, long-tier writes default to the long input rate.
+    input and output rates are required, long-tier writes default to the long input rate
+    (long storage to the base storage rate). Thinking and audio rates are optional (null:
+    the text rate of the same line); ``long_threshold_basis`` says which tokens count
+    towards the threshold (``prompt`` or ``uncached_prompt``); ``time_discounts`` are
+    daily UTC windows ``{"start": "HH:MM", "end": "HH:MM", "percent": 1..100}``.
     """
+    unknown = sorted(set(rates) - set(MODEL_ALL_FIELDS))
+    if unknown:
+        raise InvalidPrice(
+            f"Unknown rate fields: {', '.join(unknown)}.", details={"fields": unknown}
+        )
     clean: dict[str, Any] = {}
     for name in ("input_per_mtok", "cached_input_per_mtok", "output_per_mtok"):
         if rates.get(name) is None:

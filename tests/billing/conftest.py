@@ -23,9 +23,7 @@ def price_book(db):
         importlib.import_module(
             "billing.migrations.0004_seed_published_tiers_deepseek_default_pool"
         ).seed(apps, None)
-    return {
-        (p.provider, p.model): p for p in ModelPrice.objects.filter(superseded_at__isnull=True)
-    }
+    return {(p.provider, p.model): p for p in ModelPrice.objects.filter(superseded_at__isnull=True)}
 
 
 @pytest.fixture
