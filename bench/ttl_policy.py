@@ -219,8 +219,11 @@ def cost_keepalive(c: Cache, keep: float) -> float:
 ORACLE_GRID = tuple(60 * m for m in (1, 2, 3, 5, 8, 10, 15, 20, 30, 45, 60, 90, 120, 240, 480))
 
 
+NO_BUDGET_USED = Decimal(0)
+
+
 def cost_autopilot(
-    c: Cache, *, flush: float, review_lead: float, budget_used: Decimal = D(0)
+    c: Cache, *, flush: float, review_lead: float, budget_used: Decimal = NO_BUDGET_USED
 ) -> float:
     """The app's loop: create, extend on flushed hits, review before expiry."""
     history = ReuseHistory()
@@ -314,15 +317,15 @@ def main() -> None:
         f"trace: {len(trace)} caches ({', '.join(f'{counts[k]} {k}' for k in KINDS)}), "
         f"{queries} queries over {args.days:g} days, seed {args.seed}"
     )
-    print(f"{'policy':<17} {'saved USD':>10} {'of optimum':>11}  " + "  ".join(f"{k:>8}" for k in KINDS))
+    header = "  ".join(f"{k:>8}" for k in KINDS)
+    print(f"{'policy':<17} {'saved USD':>10} {'of optimum':>11}  {header}")
     for name in policies:
         saved = sum(no_cache) - sum(per_cache[name])
         by_kind = "  ".join(f"{fraction(name, k):>8.3f}" for k in KINDS)
         print(f"{name:<17} {saved:>10.2f} {fraction(name):>11.3f}  {by_kind}")
     fixed = ("fixed_5m", "fixed_15m", "fixed_1h", "fixed_24h")
     worst_margin = min(
-        fraction("autopilot", k) - max(fraction(p, k) for p in (*fixed, "breakeven"))
-        for k in KINDS
+        fraction("autopilot", k) - max(fraction(p, k) for p in (*fixed, "breakeven")) for k in KINDS
     )
     print(f"elapsed {time.perf_counter() - started:.1f} s")
     print(
