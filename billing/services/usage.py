@@ -585,7 +585,7 @@ def cache_creation_record(
     """
     if provider == Provider.VLLM or not tokens:
         return
-    usage_record(
+    message = usage_message(
         tenant=tenant,
         request_id=f"cache-create:{operation_id}",
         provider=provider,
@@ -599,3 +599,10 @@ def cache_creation_record(
         kind=UsageKind.CACHE_CREATE,
         ttl_seconds=ttl_seconds,
     )
+    try:
+        usage_record_many([message])
+    except Exception:
+        # Runs after the creation committed: the queue being down must not lose the row
+        # (the same idempotent path as the flush; a later replay inserts nothing).
+        logger.warning("usage queue unreachable; booking the cache creation directly")
+        usage_write_direct([message])
