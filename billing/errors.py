@@ -58,5 +58,18 @@ class BudgetExceeded(DomainError):
     http_status = 402
 
 
+class BudgetNearLimit(BudgetExceeded):
+    """A new cache (pin) near a hard budget's limit: the autopilot refuses new pins at
+    ``billing.ttl_policy.NEAR_BUDGET`` of a limit; nothing was created."""
+
+    code = "budget_near_limit"
+
+
+class TtlNotOffered(ValidationFailed):
+    """The provider sells no cache with that TTL (Anthropic: 5 minutes or 1 hour only)."""
+
+    code = "ttl_not_offered"
+
+
 class ReservationClosed(Conflict):
     code = "reservation_closed"

@@ -1,8 +1,10 @@
 """Billing: the price book, the usage ledger and its rollups, storage accruals, budgets.
 
-Money is stored as integer micro-USD (``*_micros``, 1 USD = 1_000_000) and per-token
-rates as exact decimals in USD per 1M tokens; see ``billing.pricing`` for the arithmetic
-and the rounding rule.
+Money is booked as integer nano-USD (``*_nanos``, 1 USD = 10^9) in the ledger, the
+rollups and the storage accruals; each such row also carries its µ$ figure
+(``*_micros``, the nanos rounded once, half-even) for readers that show micro-USD.
+Budgets count whole µ$. Per-token rates are exact decimals in USD per 1M tokens; see
+``billing.pricing`` for the arithmetic and the rounding rule.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class Provider(models.TextChoices):
     VERTEX = "vertex", "Google Vertex AI"
     ANTHROPIC = "anthropic", "Anthropic"
     OPENAI = "openai", "OpenAI"
+    DEEPSEEK = "deepseek", "DeepSeek"
     VLLM = "vllm", "Self-hosted vLLM workers"
 
 
@@ -81,8 +84,11 @@ class ModelPrice(PriceVersionBase):
     Cache writes: Anthropic-style providers charge a premium (5-minute and 1-hour TTL);
     Vertex bills cache creation at the input price; OpenAI before GPT-5.6 charges nothing
     extra. Multipliers are resolved into absolute rates when a version is written (the
-    source text records them). ``long_*`` rates apply when a request's prompt exceeds
-    ``long_threshold_tokens``.
+    source text records them). ``long_*`` rates apply to a whole request whose tier count
+    (``long_threshold_basis``: every prompt token, or only the uncached ones) is above
+    ``long_threshold_tokens``. Thinking and audio rates left null are the text rate of
+    the same line. ``time_discounts`` lists daily UTC windows with a percentage off
+    (DeepSeek's off-peak hours): ``[{"start": "16:30", "end": "00:30", "percent": 50}]``.
     """
 
     provider = models.CharField(max_length=16, choices=Provider.choices)
@@ -99,6 +105,13 @@ class ModelPrice(PriceVersionBase):
     long_cache_write_5m_per_mtok = models.DecimalField(**RATE, null=True, blank=True)
     long_cache_write_1h_per_mtok = models.DecimalField(**RATE, null=True, blank=True)
     long_output_per_mtok = models.DecimalField(**RATE, null=True, blank=True)
+    long_threshold_basis = models.CharField(max_length=16, default="prompt", db_default="prompt")
+    long_storage_per_mtok_hour = models.DecimalField(**RATE, null=True, blank=True)
+    thinking_per_mtok = models.DecimalField(**RATE, null=True, blank=True)
+    audio_input_per_mtok = models.DecimalField(**RATE, null=True, blank=True)
+    audio_cached_input_per_mtok = models.DecimalField(**RATE, null=True, blank=True)
+    audio_output_per_mtok = models.DecimalField(**RATE, null=True, blank=True)
+    time_discounts = models.JSONField(default=list, blank=True)
 
     class Meta:
         constraints = [
@@ -189,13 +202,20 @@ class UsageStatus(models.TextChoices):
     CLIENT_DISCONNECT = "client_disconnect", "Client disconnected"
 
 
+class UsageKind(models.TextChoices):
+    REQUEST = "request", "A request through the gateway"
+    CACHE_CREATE = "cache_create", "Writing an explicit cache (Vertex creation)"
+
+
 class UsageRecord(models.Model):
     """One request through the gateway: raw counts, the price applied and its cost.
 
     Not the audit log: ``billing reprice`` may rewrite the cost columns after a price
     correction (the reprice itself is audited). Written in batches by the flush task;
     ``(tenant, request_id)`` makes the flush idempotent. Rows without a price at their
-    time keep ``cost_micros = 0`` and no price reference until a reprice finds one.
+    time keep ``cost_nanos = 0`` and no price reference until a reprice finds one (the
+    API counts them as ``unpriced``). ``kind`` tells requests from cache creations (the
+    write of an explicit cache's tokens, which costs money and saves none).
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -214,6 +234,16 @@ class UsageRecord(models.Model):
     cache_write_5m_tokens = models.PositiveIntegerField(default=0)
     cache_write_1h_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
+    thinking_tokens = models.PositiveIntegerField(default=0, db_default=0)
+    audio_prompt_tokens = models.PositiveIntegerField(default=0, db_default=0)
+    audio_cached_read_tokens = models.PositiveIntegerField(default=0, db_default=0)
+    audio_output_tokens = models.PositiveIntegerField(default=0, db_default=0)
+    kind = models.CharField(
+        max_length=16,
+        choices=UsageKind.choices,
+        default=UsageKind.REQUEST,
+        db_default=UsageKind.REQUEST,
+    )
     ttft_ms = models.PositiveIntegerField(null=True, blank=True)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     status = models.CharField(max_length=24, choices=UsageStatus.choices, default=UsageStatus.OK)
@@ -236,6 +266,8 @@ class UsageRecord(models.Model):
         related_name="+",
         db_constraint=False,
     )
+    cost_nanos = models.BigIntegerField(default=0, db_default=0)
+    cost_without_cache_nanos = models.BigIntegerField(default=0, db_default=0)
     cost_micros = models.BigIntegerField(default=0)
     cost_without_cache_micros = models.BigIntegerField(default=0)
     recorded_at = models.DateTimeField(auto_now_add=True)
@@ -272,7 +304,9 @@ class UsageRollup(models.Model):
     """Per-minute and per-day totals by tenant, provider and model.
 
     Incremented by the flush (``INSERT ... ON CONFLICT DO UPDATE``) for newly inserted
-    ledger rows only, and adjusted by reprice deltas; kept forever.
+    ledger rows only, and adjusted by reprice deltas; kept forever. The nano columns are
+    the exact sums; ``cost_micros`` is always ``cost_nanos`` rounded once (half-even), so
+    a rollup's µ$ figure is the price of the sum, not a sum of rounded prices.
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -288,6 +322,12 @@ class UsageRollup(models.Model):
     cache_write_5m_tokens = models.BigIntegerField(default=0)
     cache_write_1h_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
+    thinking_tokens = models.BigIntegerField(default=0, db_default=0)
+    audio_prompt_tokens = models.BigIntegerField(default=0, db_default=0)
+    audio_output_tokens = models.BigIntegerField(default=0, db_default=0)
+    unpriced_requests = models.BigIntegerField(default=0, db_default=0)
+    cost_nanos = models.BigIntegerField(default=0, db_default=0)
+    cost_without_cache_nanos = models.BigIntegerField(default=0, db_default=0)
     cost_micros = models.BigIntegerField(default=0)
     cost_without_cache_micros = models.BigIntegerField(default=0)
 
@@ -306,9 +346,11 @@ class UsageRollup(models.Model):
 class StorageAccrual(models.Model):
     """Storage cost of one cache within one clock hour, prorated to the seconds it lived.
 
-    One row per ``(tenant, cache_id, hour)``; repeated or overlapping reports of the same
-    hour widen ``[covered_from, covered_to)`` instead of adding a second charge, so the
-    accrual is idempotent and never extends past the end the caller reports (eviction).
+    One row per ``(tenant, cache_id, hour, tokens)``; repeated or overlapping reports of
+    the same hour widen ``[covered_from, covered_to)`` instead of adding a second charge,
+    so the accrual is idempotent and never extends past the end the caller reports
+    (eviction). When a cache's token count changes mid-hour, the new count gets its own
+    row from the end of the old one's coverage: each second is priced at the count it had.
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -327,13 +369,15 @@ class StorageAccrual(models.Model):
     pool_price = models.ForeignKey(
         PoolPrice, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
+    cost_nanos = models.BigIntegerField(default=0, db_default=0)
     cost_micros = models.BigIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["tenant", "cache_id", "hour"], name="storage_accrual_unique_hour"
+                fields=["tenant", "cache_id", "hour", "tokens"],
+                name="storage_accrual_unique_hour_tokens",
             ),
             models.CheckConstraint(
                 name="storage_accrual_covered_ordered",
@@ -524,3 +568,34 @@ class BudgetAlert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.budget_id} {self.threshold}%"
+
+
+class TtlProfile(models.Model):
+    """What the economic TTL autopilot has learned about one context's reuse.
+
+    Keyed by the content, not by the cache row: a cache that expires and is created
+    again for the same content (same tenant, provider, model and digest) continues from
+    what was learned instead of starting from zero. ``gaps_seconds`` holds the most
+    recent gaps between queries (oldest first, bounded by ``billing.ttl_policy``).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    provider = models.CharField(max_length=16, choices=Provider.choices)
+    model = models.CharField(max_length=200)
+    content_digest = models.CharField(max_length=64)
+    gaps_seconds = ArrayField(models.FloatField(), default=list, blank=True)
+    last_query_at = models.DateTimeField(null=True, blank=True)
+    queries = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "provider", "model", "content_digest"],
+                name="ttl_profile_unique_content",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.model} {self.content_digest[:12]}"

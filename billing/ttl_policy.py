@@ -1,7 +1,10 @@
 """The economic TTL policy: keep a cache while it is expected to save more than it costs.
 
 Pure Python, no Django, no I/O: the caches app feeds it each cache's observed query rate
-and its prices and applies the decision.
+and its prices and applies the decision. The app's economic policy is
+:func:`autopilot_decide` (a keep-alive learned from the context's own gaps, at the end of
+this module); ``ttl_decision`` (a rate estimate against the break-even rate) is kept for
+callers of the older interface.
 
 * **Rate estimate.** ``ewma_update`` keeps a time-decayed event rate: at each hit the
   old estimate decays by ``e^(-Δt/τ)`` and the hit adds ``1/τ``. For a steady Poisson
@@ -190,3 +193,182 @@ def pin_allowed(
 ) -> bool:
     """Whether a tenant may pin a new prefix or create a new cache under budget pressure."""
     return _dec(budget_used_fraction) < _dec(near_budget)
+
+
+# --- The autopilot: a learned keep-alive per context -----------------------------------
+#
+# The hindsight optimum keeps a cache across a gap ``g`` between two queries iff storing
+# it for the gap costs less than the miss it avoids: ``g < G*`` with the break-even gap
+# ``G* = (miss - hit) / storage per second``. Online, the autopilot keeps the cache for
+# ``k`` seconds after each query, with ``k`` chosen to minimise the cost the *observed*
+# gaps of this context would have had (recent gaps weigh more):
+#
+#     cost(k) / storage-rate = sum_i w_i * (g_i if g_i < k else k + G*)
+#
+# (the constant hit price cancels). The minimum is at ``k = 0`` or just above one of the
+# observed gaps, so the search is exact over a few dozen candidates. With no history
+# yet it uses ``k = G*`` (the rent-or-buy rule, never worse than twice the optimum). A
+# context's gaps survive its cache being re-created (``billing.models.TtlProfile``).
+#
+# Review points, the same in the app and in ``bench/ttl_policy.py``:
+#   1. creation: expire at ``now + max(k, min_ttl)``;
+#   2. hits (as the hit flush reports them): the gap is learned and the cache is kept
+#      until ``last query + k`` (a refresh when that moves the expiry);
+#   3. review before expiry (and after each burst, which ends in one): decide again;
+#      budget pressure is applied here and on every other point.
+
+GAP_MEMORY = 48
+GAP_DECAY = 0.97  # weight of a gap one observation older (effective memory ~33 gaps)
+MIN_HISTORY = 2
+NEAR_BUDGET = Decimal("0.9")
+OVER_BUDGET = Decimal("1.0")
+SHORT_TTL_SECONDS = 300
+KEEP = "keep"
+REFUSE = "refuse"
+
+
+@dataclass(frozen=True)
+class ReuseHistory:
+    """The recent gaps between queries of one context (seconds, oldest first)."""
+
+    gaps: tuple[float, ...] = ()
+    last_query_at: float | None = None  # epoch seconds
+
+    def observe(self, at: float) -> ReuseHistory:
+        """The history after a query at ``at`` (epoch seconds; out-of-order is ignored)."""
+        if self.last_query_at is None:
+            return ReuseHistory(self.gaps, at)
+        gap = at - self.last_query_at
+        if gap < 0:
+            return self
+        return ReuseHistory((*self.gaps, round(gap, 3))[-GAP_MEMORY:], at)
+
+
+def breakeven_gap_seconds(economics: CacheEconomics) -> float:
+    """``G*``: the longest gap worth bridging with storage (inf when storage is free)."""
+    saving = economics.miss_per_mtok - economics.hit_per_mtok
+    if saving <= 0:
+        return 0.0
+    if economics.storage_per_mtok_hour <= 0:
+        return math.inf
+    return float(saving / economics.storage_per_mtok_hour * 3600)
+
+
+def keep_alive_seconds(*, gaps: tuple[float, ...], breakeven_gap: float) -> float:
+    """The ``k`` minimising the weighted cost of the observed gaps (see the section comment).
+
+    (Conditioning on the kind of the latest gap, short or long, was measured too: no
+    better on either trace, so the plain weighted history decides.)
+    """
+    if breakeven_gap <= 0:
+        return 0.0
+    if len(gaps) < MIN_HISTORY:
+        return breakeven_gap
+    if math.isinf(breakeven_gap):
+        return max(gaps) * 2
+    n = len(gaps)
+    weighted = sorted((g, GAP_DECAY ** (n - 1 - i)) for i, g in enumerate(gaps))
+    total = sum(w for _, w in weighted)
+    # Sweep k upwards through the sorted gaps: below k a gap costs its length, above it
+    # costs k + G*. cost(k) = covered + (k + G*) * uncovered_weight.
+    best_k, best, best_remaining = 0.0, total * breakeven_gap, total
+    covered, remaining = 0.0, total
+    for g, w in weighted:
+        covered += g * w
+        remaining -= w
+        k = g * 1.05 + 1.0  # just past this gap (hit-flush lag and jitter)
+        cost = covered + (k + breakeven_gap) * remaining
+        if cost < best:
+            best_k, best, best_remaining = k, cost, remaining
+    if best_remaining <= total * 1e-9:
+        # Every gap seen is worth bridging: the history says nothing about longer ones,
+        # and bridging any gap up to G* never costs more than the miss it avoids.
+        return max(best_k, breakeven_gap)
+    return best_k
+
+
+@dataclass(frozen=True)
+class AutopilotDecision:
+    """What the autopilot wants for one cache now (all times epoch seconds).
+
+    ``action``: ``extend``/``shorten`` (set the expiry to ``expire_at``), ``keep`` (the
+    current expiry is right), ``expire`` (let it run out or drop it), ``refuse`` (do not
+    create it). ``next_review_at``: when to look again without new hits.
+    """
+
+    action: str
+    expire_at: float
+    keep_alive_seconds: float
+    allow_new_pins: bool
+    next_review_at: float | None
+    reason: str
+
+    def ttl_from(self, now: float) -> int:
+        """The TTL to send a provider whose update sets ``expiry = now + ttl``."""
+        return max(int(math.ceil(self.expire_at - now)), 0)
+
+
+def autopilot_decide(
+    *,
+    history: ReuseHistory,
+    economics: CacheEconomics,
+    now: float,
+    expire_at: float | None,
+    budget_used_fraction: Decimal | float = 0,
+    min_ttl_seconds: int = 60,
+    review_lead_seconds: float = 30.0,
+    slack_seconds: float = 15.0,
+) -> AutopilotDecision:
+    """The one decision function of the economic TTL policy (app and benchmark).
+
+    ``expire_at`` None: the cache does not exist (a creation is being considered).
+    Budget coupling: at ``NEAR_BUDGET`` of a budget, keep-alives are capped at
+    ``SHORT_TTL_SECONDS``, no review extends a cache (refreshes stop) and new pins are
+    refused; at ``OVER_BUDGET`` live caches are dropped at the next review point.
+    """
+    used = _dec(budget_used_fraction)
+    gap_star = breakeven_gap_seconds(economics)
+    k = keep_alive_seconds(gaps=history.gaps, breakeven_gap=gap_star)
+    near, over = used >= NEAR_BUDGET, used >= OVER_BUDGET
+    if near:
+        k = min(k, SHORT_TTL_SECONDS)
+    last = history.last_query_at if history.last_query_at is not None else now
+    target = max(last + k, now + min_ttl_seconds) if k > 0 else now + min_ttl_seconds
+    if expire_at is None:
+        if near:
+            return AutopilotDecision(
+                REFUSE, now, k, False, None, f"budget {used:.0%} used: no new pins"
+            )
+        return AutopilotDecision(
+            EXTEND,
+            target,
+            k,
+            True,
+            max(target - review_lead_seconds, now),
+            f"create: keep {k:.0f}s after each query (break-even gap {gap_star:.0f}s)",
+        )
+    if over:
+        return AutopilotDecision(
+            EXPIRE, min(expire_at, now + min_ttl_seconds), k, False, None, "over budget"
+        )
+    wanted = last + k
+    if k <= 0 or wanted <= now:
+        return AutopilotDecision(
+            EXPIRE, expire_at, k, not near, None, "the learned keep-alive has passed"
+        )
+    if near and wanted > expire_at:
+        # Refreshes stop near the limit; only a shortening is still applied.
+        return AutopilotDecision(EXPIRE, expire_at, k, False, None, "near budget: no refresh")
+    if abs(target - expire_at) <= slack_seconds:
+        return AutopilotDecision(
+            KEEP, expire_at, k, not near, max(expire_at - review_lead_seconds, now), "on target"
+        )
+    action = EXTEND if target > expire_at else SHORTEN
+    return AutopilotDecision(
+        action,
+        target,
+        k,
+        not near,
+        max(target - review_lead_seconds, now),
+        f"{action} to last query + {k:.0f}s",
+    )

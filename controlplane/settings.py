@@ -444,6 +444,20 @@ CACHEPLANE_BILLING_EXPIRE_BATCH = env_int("CACHEPLANE_BILLING_EXPIRE_BATCH", 500
 CACHEPLANE_BILLING_WEBHOOK_TIMEOUT_SECONDS = env_int(
     "CACHEPLANE_BILLING_WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1
 )
+# The default vLLM pool's GPU-hour chargeback, seeded once by migration billing.0004 (the
+# pool "default", also used for pools without a price of their own); see .env.example.
+CACHEPLANE_VLLM_DEFAULT_GPU_HOUR_USD = env_float(
+    "CACHEPLANE_VLLM_DEFAULT_GPU_HOUR_USD", 2.50, minimum=0.0
+)
+CACHEPLANE_VLLM_DEFAULT_PREFILL_TOKENS_PER_GPU_SECOND = env_int(
+    "CACHEPLANE_VLLM_DEFAULT_PREFILL_TOKENS_PER_GPU_SECOND", 4600, minimum=1
+)
+CACHEPLANE_VLLM_DEFAULT_DECODE_TOKENS_PER_GPU_SECOND = env_int(
+    "CACHEPLANE_VLLM_DEFAULT_DECODE_TOKENS_PER_GPU_SECOND", 1500, minimum=1
+)
+CACHEPLANE_VLLM_DEFAULT_KV_BLOCKS_PER_GPU = env_int(
+    "CACHEPLANE_VLLM_DEFAULT_KV_BLOCKS_PER_GPU", 2000, minimum=1
+)
 
 # --- Gateway -------------------------------------------------------------------------------
 CACHEPLANE_GATEWAY_MAX_BODY_BYTES = env_int(

@@ -1,6 +1,9 @@
 """Input and output shapes of the billing API (inputs and outputs are separate classes).
 
-Money is integer micro-USD (``*_micros``); rates are decimal strings in USD per 1M tokens.
+Money is integer micro-USD (``*_micros``, each the exact nano-USD total rounded once;
+ledger rows also show ``cost_nanos``); rates are decimal strings in USD per 1M tokens.
+Anything booked without a price says so: ``unpriced`` on a ledger row,
+``unpriced_requests`` on spend rows and savings (then the figures are incomplete).
 Rate inputs deliberately have no range here: the service rejects negative rates with
 ``invalid_price`` (non-numeric input is ``invalid_input``).
 """
@@ -71,9 +74,22 @@ class ModelPriceOut(serializers.ModelSerializer):
             "long_cache_write_5m_per_mtok",
             "long_cache_write_1h_per_mtok",
             "long_output_per_mtok",
+            "long_threshold_basis",
+            "long_storage_per_mtok_hour",
+            "thinking_per_mtok",
+            "audio_input_per_mtok",
+            "audio_cached_input_per_mtok",
+            "audio_output_per_mtok",
+            "time_discounts",
             *_VERSION_FIELDS,
         ]
         read_only_fields = fields
+
+
+class DiscountWindowIn(serializers.Serializer):
+    start = serializers.CharField(max_length=5, help_text="HH:MM, UTC (inclusive).")
+    end = serializers.CharField(max_length=5, help_text="HH:MM, UTC (exclusive; may wrap).")
+    percent = serializers.IntegerField(min_value=1, max_value=100)
 
 
 _NO_PREMIUM = "Default: the input rate (no write premium)."
@@ -98,8 +114,27 @@ class ModelRatesInput(serializers.Serializer):
     long_cache_write_5m_per_mtok = _rate(required=False, allow_null=True)
     long_cache_write_1h_per_mtok = _rate(required=False, allow_null=True)
     long_output_per_mtok = _rate(required=False, allow_null=True)
+    long_threshold_basis = serializers.ChoiceField(
+        choices=["prompt", "uncached_prompt"],
+        required=False,
+        help_text="Which tokens count towards the threshold (default: every prompt token).",
+    )
+    long_storage_per_mtok_hour = _rate(required=False, allow_null=True)
+    thinking_per_mtok = _rate(required=False, allow_null=True, help_text="Default: output.")
+    audio_input_per_mtok = _rate(required=False, allow_null=True, help_text="Default: input.")
+    audio_cached_input_per_mtok = _rate(required=False, allow_null=True)
+    audio_output_per_mtok = _rate(required=False, allow_null=True, help_text="Default: output.")
+    time_discounts = DiscountWindowIn(many=True, required=False)
     source = serializers.CharField(max_length=2000, help_text="Where the price comes from.")
     note = serializers.CharField(max_length=500, required=False, allow_blank=True)
+
+
+class ModelPriceCorrectInput(ModelRatesInput):
+    """A correction names only what was wrong; every other rate of the version is kept."""
+
+    input_per_mtok = _rate(required=False)
+    cached_input_per_mtok = _rate(required=False)
+    output_per_mtok = _rate(required=False)
 
 
 class ModelPriceCreateInput(ModelRatesInput):
@@ -163,18 +198,32 @@ class UsageRecordOut(serializers.ModelSerializer):
             "cache_write_5m_tokens",
             "cache_write_1h_tokens",
             "output_tokens",
+            "thinking_tokens",
+            "audio_prompt_tokens",
+            "audio_cached_read_tokens",
+            "audio_output_tokens",
+            "kind",
             "ttft_ms",
             "latency_ms",
             "status",
             "stream",
             "price_version",
             "pool_price",
+            "unpriced",
+            "cost_nanos",
             "cost_micros",
             "cost_without_cache_micros",
             "recorded_at",
             "repriced_at",
         ]
         read_only_fields = fields
+
+    unpriced = serializers.SerializerMethodField(
+        help_text="True when no price covered the row: its cost is 0 until a reprice."
+    )
+
+    def get_unpriced(self, row: UsageRecord) -> bool:
+        return row.price_version_id is None and row.pool_price_id is None
 
 
 class RangeQuery(serializers.Serializer):
@@ -196,9 +245,13 @@ class SpendRowOut(serializers.Serializer):
         help_text="The day (ISO date), provider:model, provider or cache id."
     )
     requests = serializers.IntegerField()
+    unpriced_requests = serializers.IntegerField(
+        help_text="Requests booked without a price (cost 0): the figures are incomplete."
+    )
     prompt_tokens = serializers.IntegerField()
     cached_read_tokens = serializers.IntegerField()
     output_tokens = serializers.IntegerField()
+    thinking_tokens = serializers.IntegerField()
     request_cost_micros = serializers.IntegerField()
     storage_cost_micros = serializers.IntegerField()
     spent_micros = serializers.IntegerField()
@@ -222,6 +275,9 @@ class SavingsOut(serializers.Serializer):
     cost_without_cache_micros = serializers.IntegerField()
     saved_micros = serializers.IntegerField()
     requests = serializers.IntegerField()
+    unpriced_requests = serializers.IntegerField(
+        help_text="Requests booked without a price (cost 0): the figures are incomplete."
+    )
     hit_ratio = serializers.DecimalField(max_digits=6, decimal_places=4)
 
 

@@ -90,14 +90,13 @@ _BUDGET_ID = OpenApiParameter("pk", OpenApiTypes.UUID, OpenApiParameter.PATH)
 
 
 def _rates(data: dict, names: tuple[str, ...]) -> dict:
-    return {name: data.get(name) for name in names if name in data}
+    rates = {name: data.get(name) for name in names if name in data}
+    if "time_discounts" in rates:
+        rates["time_discounts"] = [dict(w) for w in rates["time_discounts"] or []]
+    return rates
 
 
-_MODEL_RATE_NAMES = (
-    *price_services.MODEL_RATE_FIELDS,
-    "long_threshold_tokens",
-    *price_services.MODEL_LONG_FIELDS,
-)
+_MODEL_RATE_NAMES = price_services.MODEL_ALL_FIELDS
 
 
 @extend_schema(tags=["billing-platform"])
@@ -147,9 +146,9 @@ class PlatformModelPriceViewSet(PlatformMixin, viewsets.GenericViewSet):
         )
         return Response(s.ModelPriceOut(price).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=s.ModelRatesInput, responses={201: s.ModelPriceOut})
+    @extend_schema(request=s.ModelPriceCorrectInput, responses={201: s.ModelPriceOut})
     def correct(self, request: Request, pk: int) -> Response:
-        data = validated(s.ModelRatesInput, request.data)
+        data = validated(s.ModelPriceCorrectInput, request.data)
         price = price_services.model_price_correct(
             actor=self.actor(),
             price=self.get_object(),

@@ -12,7 +12,7 @@ from datetime import datetime
 from django.db.models import QuerySet
 
 from billing.models import ModelPrice, PoolPrice
-from billing.pricing import PoolRates, TokenRates
+from billing.pricing import DiscountWindow, PoolRates, TokenRates
 
 
 def model_price_list(
@@ -47,14 +47,29 @@ def model_price_resolve(*, provider: str, model: str, at: datetime) -> ModelPric
     )
 
 
+DEFAULT_POOL = "default"
+
+
 def pool_price_resolve(*, pool: str, at: datetime) -> PoolPrice | None:
-    """The live GPU price of ``pool`` covering ``at``, or None."""
-    return (
-        PoolPrice.objects.filter(pool=pool, superseded_at__isnull=True, effective_from__lte=at)
-        .exclude(effective_to__lte=at)
-        .order_by("-effective_from")
-        .first()
-    )
+    """The live GPU price of ``pool`` covering ``at``, or None.
+
+    A pool without a price of its own is charged at the ``default`` pool's price (seeded
+    from the ``CACHEPLANE_VLLM_DEFAULT_*`` settings): a self-hosted request never costs
+    0 silently. None only when not even the default covers ``at`` (shown as unpriced).
+    """
+
+    def resolve(name: str) -> PoolPrice | None:
+        return (
+            PoolPrice.objects.filter(pool=name, superseded_at__isnull=True, effective_from__lte=at)
+            .exclude(effective_to__lte=at)
+            .order_by("-effective_from")
+            .first()
+        )
+
+    found = resolve(pool) if pool else None
+    if found is None and pool != DEFAULT_POOL:
+        found = resolve(DEFAULT_POOL)
+    return found
 
 
 def token_rates(price: ModelPrice) -> TokenRates:
@@ -72,6 +87,13 @@ def token_rates(price: ModelPrice) -> TokenRates:
         long_cache_write_5m=price.long_cache_write_5m_per_mtok,
         long_cache_write_1h=price.long_cache_write_1h_per_mtok,
         long_output=price.long_output_per_mtok,
+        long_basis=price.long_threshold_basis,
+        long_storage_per_hour=price.long_storage_per_mtok_hour,
+        thinking=price.thinking_per_mtok,
+        audio_input=price.audio_input_per_mtok,
+        audio_cached_input=price.audio_cached_input_per_mtok,
+        audio_output=price.audio_output_per_mtok,
+        discounts=tuple(DiscountWindow.parse(w) for w in price.time_discounts or ()),
     )
 
 
@@ -102,7 +124,7 @@ class PriceIndex:
     def load(self, *, models: Iterable[tuple[str, str]] = (), pools: Iterable[str] = ()) -> None:
         """Fetch the keys not loaded yet (two queries at most)."""
         want_models = {k for k in models if k not in self._models}
-        want_pools = {p for p in pools if p and p not in self._pools}
+        want_pools = {p for p in (*pools, DEFAULT_POOL) if p and p not in self._pools}
         if want_models:
             grouped: dict[tuple[str, str], list[ModelPrice]] = {k: [] for k in want_models}
             providers = {p for p, _ in want_models}
@@ -141,7 +163,11 @@ class PriceIndex:
         return self._pick(self._models.get((provider, model)), at)
 
     def pool_price(self, pool: str, at: datetime) -> PoolPrice | None:
-        return self._pick(self._pools.get(pool), at)
+        """The pool's own price at ``at``, else the default pool's (see pool_price_resolve)."""
+        found = self._pick(self._pools.get(pool), at) if pool else None
+        if found is None and pool != DEFAULT_POOL:
+            found = self._pick(self._pools.get(DEFAULT_POOL), at)
+        return found
 
     def rates(self, price: ModelPrice) -> TokenRates:
         if price.pk not in self._rates:

@@ -1,7 +1,8 @@
 """Reading usage and spend: ledger rows, rollups, storage, savings, exports, quotes.
 
 Every tenant-owned read takes the tenant explicitly. Spend = request costs (ledger or
-rollups) + storage accruals.
+rollups) + storage accruals. Sums are taken over the exact nano-USD columns and turned
+into µ$ once, at the end (the price of the sum, never a sum of rounded prices).
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ from billing.models import (
     UsageRecord,
     UsageRollup,
 )
-from billing.pricing import Cost, UsageCounts, gpu_cost, line_micros, token_cost
+from billing.pricing import (
+    Cost,
+    UsageCounts,
+    gpu_cost,
+    micros_ceil,
+    nanos_to_micros,
+    request_cost_upper_bound,
+    token_cost,
+)
 from billing.selectors.prices import (
     model_price_resolve,
     pool_price_resolve,
@@ -64,14 +73,14 @@ def _day_ceil(moment: datetime) -> datetime:
     return floor if floor == moment else floor + DAY
 
 
-def tenant_spend_micros(
+def tenant_spend_nanos(
     *, tenant_id: object, since: datetime, until: datetime, principal_id: object = None
 ) -> int:
-    """What the tenant (or one principal) spent in [since, until): requests + storage.
+    """What the tenant (or one principal) spent in [since, until), exactly, in nano-USD.
 
     Tenant-wide: whole days from day rollups, the ragged edges from minute rollups (cheap
-    at any volume). Per principal: the ledger (rollups carry no principal); storage is
-    charged to the tenant, not to a principal.
+    at any volume), plus storage. Per principal: the ledger (rollups carry no
+    principal); storage is charged to the tenant, not to a principal.
     """
     if until <= since:
         return 0
@@ -83,14 +92,23 @@ def tenant_spend_micros(
                 occurred_at__gte=since,
                 occurred_at__lt=until,
             ),
-            "cost_micros",
+            "cost_nanos",
         )
-    requests = _sum(_rollups_in_range(tenant_id=tenant_id, since=since, until=until), "cost_micros")
+    requests = _sum(_rollups_in_range(tenant_id=tenant_id, since=since, until=until), "cost_nanos")
     storage = _sum(
         StorageAccrual.objects.filter(tenant_id=tenant_id, hour__gte=since, hour__lt=until),
-        "cost_micros",
+        "cost_nanos",
     )
     return requests + storage
+
+
+def tenant_spend_micros(
+    *, tenant_id: object, since: datetime, until: datetime, principal_id: object = None
+) -> int:
+    """:func:`tenant_spend_nanos` in µ$ (one rounding of the exact total)."""
+    return nanos_to_micros(
+        tenant_spend_nanos(tenant_id=tenant_id, since=since, until=until, principal_id=principal_id)
+    )
 
 
 GROUPS = ("day", "model", "provider", "cache")
@@ -98,11 +116,13 @@ GROUPS = ("day", "model", "provider", "cache")
 
 _SUMS = (
     "requests",
-    "cost_micros",
-    "cost_without_cache_micros",
+    "unpriced_requests",
+    "cost_nanos",
+    "cost_without_cache_nanos",
     "prompt_tokens",
     "cached_read_tokens",
     "output_tokens",
+    "thinking_tokens",
 )
 
 
@@ -141,7 +161,7 @@ def spend_grouped(*, tenant: Tenant, since: datetime, until: datetime, group_by:
         entry = totals.setdefault(key, {f: 0 for f in _SUMS} | {"storage": 0})
         for f in _SUMS:
             entry[f] += int(row[f] or 0)
-    for row in storage.values(*keys).annotate(s=Sum("cost_micros")):
+    for row in storage.values(*keys).annotate(s=Sum("cost_nanos")):
         key = tuple(row[k] for k in keys)
         totals.setdefault(key, {f: 0 for f in _SUMS} | {"storage": 0})["storage"] += int(row["s"])
     return [_group_row(key, totals[key], group_by) for key in sorted(totals)]
@@ -164,18 +184,22 @@ def spend_by_cache(*, tenant: Tenant, since: datetime, until: datetime) -> list[
         .values("cache_id")
         .annotate(
             requests=Count("id"),
-            cost_micros=Sum("cost_micros"),
-            cost_without_cache_micros=Sum("cost_without_cache_micros"),
+            unpriced_requests=Count(
+                "id", filter=Q(price_version__isnull=True, pool_price__isnull=True)
+            ),
+            cost_nanos=Sum("cost_nanos"),
+            cost_without_cache_nanos=Sum("cost_without_cache_nanos"),
             prompt_tokens=Sum("prompt_tokens"),
             cached_read_tokens=Sum("cached_read_tokens"),
             output_tokens=Sum("output_tokens"),
+            thinking_tokens=Sum("thinking_tokens"),
         )
     )
     storage = {
         r["cache_id"]: int(r["s"] or 0)
         for r in StorageAccrual.objects.filter(tenant=tenant, hour__gte=since, hour__lt=until)
         .values("cache_id")
-        .annotate(s=Sum("cost_micros"))
+        .annotate(s=Sum("cost_nanos"))
     }
     out = []
     for row in usage:
@@ -185,20 +209,25 @@ def spend_by_cache(*, tenant: Tenant, since: datetime, until: datetime) -> list[
     return sorted(out, key=lambda r: r["key"])
 
 
-def _cache_row(cache_id: str, row: dict, storage_micros: int) -> dict:
-    request_cost = int(row.get("cost_micros") or 0)
-    without = int(row.get("cost_without_cache_micros") or 0)
+def _cache_row(cache_id: str, row: dict, storage_nanos: int) -> dict:
+    """One group's figures: every µ$ figure is its exact nano total rounded once."""
+    request_cost = int(row.get("cost_nanos") or 0)
+    without = int(row.get("cost_without_cache_nanos") or 0)
+    unpriced = int(row.get("unpriced_requests") or 0)
     return {
         "key": cache_id,
         "requests": int(row.get("requests") or 0),
+        "unpriced_requests": unpriced,
         "prompt_tokens": int(row.get("prompt_tokens") or 0),
         "cached_read_tokens": int(row.get("cached_read_tokens") or 0),
         "output_tokens": int(row.get("output_tokens") or 0),
-        "request_cost_micros": request_cost,
-        "storage_cost_micros": storage_micros,
-        "spent_micros": request_cost + storage_micros,
-        "cost_without_cache_micros": without,
-        "saved_micros": without - request_cost - storage_micros,
+        "thinking_tokens": int(row.get("thinking_tokens") or 0),
+        "request_cost_micros": nanos_to_micros(request_cost),
+        "storage_cost_micros": nanos_to_micros(storage_nanos),
+        "spent_micros": nanos_to_micros(request_cost + storage_nanos),
+        "spent_nanos": request_cost + storage_nanos,
+        "cost_without_cache_micros": nanos_to_micros(without),
+        "saved_micros": nanos_to_micros(without - request_cost - storage_nanos),
     }
 
 
@@ -213,6 +242,8 @@ class Savings:
     saved_micros: int
     requests: int
     hit_ratio: Decimal
+    spent_nanos: int = 0
+    unpriced_requests: int = 0
 
 
 def savings_summary(*, tenant: Tenant, since: datetime, until: datetime) -> Savings:
@@ -221,15 +252,16 @@ def savings_summary(*, tenant: Tenant, since: datetime, until: datetime) -> Savi
     ``hit_ratio`` is cached prompt tokens over all prompt tokens.
     """
     rollups = _rollups_in_range(tenant_id=tenant.pk, since=since, until=until).aggregate(
-        cost=Coalesce(Sum("cost_micros"), 0),
-        without=Coalesce(Sum("cost_without_cache_micros"), 0),
+        cost=Coalesce(Sum("cost_nanos"), 0),
+        without=Coalesce(Sum("cost_without_cache_nanos"), 0),
         requests=Coalesce(Sum("requests"), 0),
+        unpriced=Coalesce(Sum("unpriced_requests"), 0),
         prompt=Coalesce(Sum("prompt_tokens"), 0),
         cached=Coalesce(Sum("cached_read_tokens"), 0),
     )
     storage = _sum(
         StorageAccrual.objects.filter(tenant=tenant, hour__gte=since, hour__lt=until),
-        "cost_micros",
+        "cost_nanos",
     )
     cost, without = int(rollups["cost"]), int(rollups["without"])
     prompt = int(rollups["prompt"])
@@ -239,13 +271,15 @@ def savings_summary(*, tenant: Tenant, since: datetime, until: datetime) -> Savi
         else Decimal(0)
     )
     return Savings(
-        spent_micros=cost + storage,
-        request_cost_micros=cost,
-        storage_cost_micros=storage,
-        cost_without_cache_micros=without,
-        saved_micros=without - cost - storage,
+        spent_micros=nanos_to_micros(cost + storage),
+        request_cost_micros=nanos_to_micros(cost),
+        storage_cost_micros=nanos_to_micros(storage),
+        cost_without_cache_micros=nanos_to_micros(without),
+        saved_micros=nanos_to_micros(without - cost - storage),
         requests=int(rollups["requests"]),
         hit_ratio=ratio,
+        spent_nanos=cost + storage,
+        unpriced_requests=int(rollups["unpriced"]),
     )
 
 
@@ -379,17 +413,18 @@ def usage_cost_quote(
 ) -> Cost:
     """The cost the flush will book for these counts at ``at`` (for ``budget_settle``).
 
-    Raises PriceNotFound when no price covers it.
+    Takes any counts, partial ones included (an aborted stream's prompt and what was
+    streamed before the end). Raises PriceNotFound when no price covers it.
     """
     if provider == Provider.VLLM:
-        pool_price = pool_price_resolve(pool=pool, at=at) if pool else None
+        pool_price = pool_price_resolve(pool=pool, at=at)
         if pool_price is None:
             raise PriceNotFound(f"No GPU price for pool {pool!r}.")
         return gpu_cost(counts, pool_rates(pool_price))
     price = model_price_resolve(provider=provider, model=model, at=at)
     if price is None:
         raise PriceNotFound(f"No price for {provider}:{model}.")
-    return token_cost(counts, token_rates(price))
+    return token_cost(counts, token_rates(price), at)
 
 
 def usage_estimate_micros(
@@ -400,20 +435,31 @@ def usage_estimate_micros(
     max_output_tokens: int,
     at: datetime,
     pool: str = "",
+    cache_tokens: int = 0,
 ) -> int:
-    """An upper bound of a request's cost before it runs (for ``budget_reserve``): every
-    prompt token at the dearest input-side rate of its tier, plus the maximum output."""
+    """A true upper bound of a request's cost before it runs, in µ$ rounded up.
+
+    See ``billing.pricing.request_cost_upper_bound``: ``cache_tokens`` are the tokens a
+    referenced cache adds on the provider's side, ``max_output_tokens`` the request's
+    ``max_tokens`` or the model's maximum output when the request sets none.
+    """
     if provider == Provider.VLLM:
-        return usage_cost_quote(
-            provider=provider,
-            model=model,
-            pool=pool,
-            at=at,
-            counts=UsageCounts(prompt_tokens=prompt_tokens, output_tokens=max_output_tokens),
-        ).micros
+        return micros_ceil(
+            usage_cost_quote(
+                provider=provider,
+                model=model,
+                pool=pool,
+                at=at,
+                counts=UsageCounts(prompt_tokens=prompt_tokens, output_tokens=max_output_tokens),
+            ).nanos
+        )
     price = model_price_resolve(provider=provider, model=model, at=at)
     if price is None:
         raise PriceNotFound(f"No price for {provider}:{model}.")
-    r = token_rates(price).for_prompt(prompt_tokens)
-    dearest = max(r.input, r.cached_input, r.cache_write_5m, r.cache_write_1h)
-    return line_micros(prompt_tokens, dearest) + line_micros(max_output_tokens, r.output)
+    bound = request_cost_upper_bound(
+        rates=token_rates(price),
+        prompt_tokens=prompt_tokens,
+        max_output_tokens=max_output_tokens,
+        cache_tokens=cache_tokens,
+    )
+    return micros_ceil(bound.nanos)

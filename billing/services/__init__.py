@@ -5,10 +5,13 @@ What other apps call (the gateway, the caches app):
 - ``usage_record(tenant=, request_id=, provider=, model=, occurred_at=, prompt_tokens=,
   cached_read_tokens=, cache_write_5m_tokens=, cache_write_1h_tokens=, output_tokens=,
   ttft_ms=, latency_ms=, status=, api_key_id=, principal_id=, cache_id=, worker=, pool=,
-  stream=)``: one Redis RPUSH per request;
+  stream=, thinking_tokens=, audio_prompt_tokens=, audio_cached_read_tokens=,
+  audio_output_tokens=)``: one Redis RPUSH per request (partial streams too, with the
+  counts of what was streamed);
 - ``budget_reserve(tenant=, principal=, estimate_micros=, request_id=)`` before the work,
   then ``budget_settle(reservation=, actual_micros=)`` or ``budget_release(reservation=)``;
 - ``budget_reserve_cache_storage(...)`` before creating a cache;
+- ``cache_creation_record(...)`` when an explicit cache has been written;
 - ``storage_accrue(tenant=, cache_id=, provider=, model=, tokens=, start=, end=)`` from
   the caches app's beat task.
 """
@@ -33,10 +36,11 @@ from billing.services.prices import (
     pool_price_create,
 )
 from billing.services.storage import storage_accrue
-from billing.services.usage import usage_flush, usage_record
+from billing.services.usage import cache_creation_record, usage_flush, usage_record
 
 __all__ = [
     "budget_archive",
+    "cache_creation_record",
     "budget_create",
     "budget_release",
     "budget_reservations_expire",

@@ -32,9 +32,9 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from billing.errors import InvalidUsage, PriceNotFound
+from billing.errors import InvalidUsage, PriceNotFound, TtlNotOffered
 from billing.models import Provider
-from billing.pricing import MICROS_PER_USD, round_micros
+from billing.pricing import MICROS_PER_USD, PROVIDER_TTL_CHOICES, round_micros, ttl_offered
 from billing.selectors.prices import (
     model_price_resolve,
     pool_price_resolve,
@@ -127,6 +127,12 @@ def breakeven(
         raise InvalidUsage("queries_per_hour must be zero or more.")
     if ttl <= timedelta(0):
         raise InvalidUsage("ttl must be positive.")
+    ttl_seconds = int(ttl.total_seconds())
+    if not ttl_offered(provider=provider, ttl_seconds=ttl_seconds):
+        raise TtlNotOffered(
+            f"{provider} offers no {ttl_seconds}s cache TTL.",
+            details={"provider": provider, "offered": PROVIDER_TTL_CHOICES.get(provider)},
+        )
     at = at or timezone.now()
     input_rate, cached, write, storage, version = _rates_for(
         provider=provider, model=model, pool=pool, at=at, ttl=ttl, context_tokens=context_tokens

@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from audit.models import Outcome
 from audit.services import audit_record
-from billing.errors import BudgetExceeded, InvalidUsage
+from billing.errors import BudgetExceeded, BudgetNearLimit, InvalidUsage
 from billing.models import (
     Budget,
     BudgetAlert,
@@ -171,9 +171,12 @@ def budget_reserve_cache_storage(
     """Reserve the storage cost of a cache for its requested TTL (before creating it).
 
     The hold lasts the TTL plus a grace hour; the caches app settles it with the accrued
-    storage when the cache ends (or releases it if creation fails). Raises
-    BudgetExceeded, PriceNotFound.
+    storage when the cache ends (or releases it if creation fails). A tenant at
+    ``NEAR_BUDGET`` (90 %) of a hard budget gets no new pin: BudgetNearLimit (402,
+    audited), the autopilot's budget coupling. Raises BudgetExceeded, BudgetNearLimit,
+    PriceNotFound.
     """
+    _pins_allowed_or_raise(tenant=tenant, principal=principal, request_id=request_id, actor=actor)
     estimate = storage_estimate_micros(
         provider=provider, model=model, pool=pool, tokens=tokens, ttl=ttl, at=timezone.now()
     )
@@ -186,6 +189,45 @@ def budget_reserve_cache_storage(
         kind="cache_storage",
         actor=actor,
     )
+
+
+def _pins_allowed_or_raise(
+    *, tenant: Tenant, principal: Principal | None, request_id: str, actor: Actor | None
+) -> None:
+    from billing.ttl_policy import NEAR_BUDGET
+
+    now = timezone.now()
+    principal_id = principal.pk if principal is not None else None
+    for budget in _applicable_budgets(tenant=tenant, principal_id=principal_id, at=now):
+        if not budget.hard_limit:
+            continue
+        period = budget_period_ensure(budget=budget, at=now)
+        if period is None or period.limit_micros <= 0:
+            continue
+        used = period.spent_micros + period.reserved_micros
+        if used * 100 < int(NEAR_BUDGET * 100) * period.limit_micros:
+            continue
+        details = {
+            "budget": str(budget.pk),
+            "limit_micros": period.limit_micros,
+            "spent_micros": period.spent_micros,
+            "reserved_micros": period.reserved_micros,
+            "near_budget_percent": int(NEAR_BUDGET * 100),
+        }
+        with transaction.atomic():
+            audit_record(
+                actor=actor or _denial_actor(principal),
+                action="billing.budget.pin_refused",
+                tenant=tenant,
+                outcome=Outcome.DENIED,
+                target_type="budget",
+                target_id=str(budget.pk),
+                details={**details, "request_id": request_id},
+            )
+        raise BudgetNearLimit(
+            "The tenant is near a hard budget's limit: no new caches until it recovers.",
+            details=details,
+        )
 
 
 def _move(reservation: BudgetReservation, *, release: int, spend: int) -> list[dict]:

@@ -1,6 +1,9 @@
 """The economic TTL policy applied to a cache object (called by the caches app).
 
-``caches.services.economics`` imports ``cache_should_extend`` when billing is present.
+The app's economic policy is the autopilot (``cache_autopilot_decision``: the scheduler's
+reviews, ``cache_autopilot_on_hits``: the hit flush), the same
+``billing.ttl_policy.autopilot_decide`` that ``bench/ttl_policy.py`` measures.
+``cache_should_extend`` (the older rate rule) stays for callers of that interface.
 The cache is read duck-typed (``tenant``, ``provider``, ``model``, ``token_count``,
 ``query_rate_ewma`` in queries per hour, ``last_hit_at``, ``expire_at``, ``ttl_seconds``
 and optionally ``pool``) so billing does not import the caches app.
@@ -100,3 +103,92 @@ def cache_should_extend(*, cache: Any, now: datetime) -> bool:
         recent = last_hit is not None and (now - last_hit).total_seconds() < cache.ttl_seconds
         return recent and (getattr(cache, "query_rate_ewma", 0.0) or 0.0) > 0
     return decision.action == ttl_policy.EXTEND
+
+
+# --- The autopilot in the app -----------------------------------------------------------
+
+
+def _epoch(moment: datetime) -> float:
+    return moment.timestamp()
+
+
+def _profile_key(cache: Any) -> dict:
+    return {
+        "tenant_id": cache.tenant_id,
+        "provider": cache.provider,
+        "model": cache.model,
+        "content_digest": cache.content_digest,
+    }
+
+
+def ttl_profile_observe(*, cache: Any, at: datetime, queries: int = 1) -> ttl_policy.ReuseHistory:
+    """Learn ``queries`` uses of the cache's content at ``at``; returns the new history.
+
+    The profile row is locked (``SELECT ... FOR UPDATE``) so concurrent hit flushes
+    append their gaps in turn. Keyed by content: a re-created cache keeps what was learned.
+    """
+    from django.db import transaction
+
+    from billing.models import TtlProfile
+
+    with transaction.atomic():
+        TtlProfile.objects.get_or_create(**_profile_key(cache))
+        profile = TtlProfile.objects.select_for_update().get(**_profile_key(cache))
+        history = _history(profile)
+        for _ in range(max(int(queries), 0)):
+            history = history.observe(_epoch(at))
+        profile.gaps_seconds = list(history.gaps)
+        profile.last_query_at = at if history.last_query_at is not None else None
+        profile.queries += max(int(queries), 0)
+        profile.save(update_fields=["gaps_seconds", "last_query_at", "queries", "updated_at"])
+    return history
+
+
+def _history(profile: Any) -> ttl_policy.ReuseHistory:
+    last = profile.last_query_at
+    return ttl_policy.ReuseHistory(
+        tuple(profile.gaps_seconds or ()), _epoch(last) if last is not None else None
+    )
+
+
+def ttl_profile_history(*, cache: Any) -> ttl_policy.ReuseHistory:
+    """What the autopilot knows about the cache's content (empty when nothing yet)."""
+    from billing.models import TtlProfile
+
+    profile = TtlProfile.objects.filter(**_profile_key(cache)).first()
+    return _history(profile) if profile is not None else ttl_policy.ReuseHistory()
+
+
+def cache_autopilot_decision(
+    *, cache: Any, now: datetime, creating: bool = False
+) -> ttl_policy.AutopilotDecision | None:
+    """``billing.ttl_policy.autopilot_decide`` for one cache now (None when unpriced).
+
+    ``creating``: the cache does not exist yet (the decision may refuse it near a budget).
+    """
+    economics = cache_economics_for(cache=cache, at=now)
+    if economics is None:
+        return None
+    return ttl_policy.autopilot_decide(
+        history=ttl_profile_history(cache=cache),
+        economics=economics,
+        now=_epoch(now),
+        expire_at=None if creating or cache.expire_at is None else _epoch(cache.expire_at),
+        budget_used_fraction=tenant_budget_used_fraction(tenant_id=cache.tenant_id, at=now),
+    )
+
+
+def cache_autopilot_on_hits(*, cache: Any, now: datetime, hits: int) -> bool:
+    """Learn a flush's hits and ask for a review now when the expiry should move.
+
+    Called by the hit flush for economic caches (the cache row locked by the caller).
+    Returns True when ``next_refresh_at`` was set to now, so the scheduler's next run
+    extends (or shortens) the cache to ``last query + keep-alive``.
+    """
+    ttl_profile_observe(cache=cache, at=now, queries=hits)
+    decision = cache_autopilot_decision(cache=cache, now=now)
+    if decision is None or decision.action not in (ttl_policy.EXTEND, ttl_policy.SHORTEN):
+        return False
+    cache.next_refresh_at = now
+    cache.save(update_fields=["next_refresh_at", "updated_at"])
+    return True

@@ -28,6 +28,7 @@ from audit.services import audit_record
 from audit.snapshot import EMPTY, diff, model_snapshot
 from billing.errors import InvalidPrice, PriceAlreadySuperseded, PriceOverlap
 from billing.models import ModelPrice, PoolPrice, PriceVersionBase, Provider
+from billing.pricing import LONG_BASES, LONG_BASIS_PROMPT, DiscountWindow
 from tenants.actor import Actor
 
 MODEL_RATE_FIELDS = (
@@ -44,7 +45,23 @@ MODEL_LONG_FIELDS = (
     "long_cache_write_5m_per_mtok",
     "long_cache_write_1h_per_mtok",
     "long_output_per_mtok",
+    "long_storage_per_mtok_hour",
 )
+MODEL_OPTIONAL_FIELDS = (
+    "thinking_per_mtok",
+    "audio_input_per_mtok",
+    "audio_cached_input_per_mtok",
+    "audio_output_per_mtok",
+)
+MODEL_ALL_FIELDS = (
+    *MODEL_RATE_FIELDS,
+    "long_threshold_tokens",
+    "long_threshold_basis",
+    *MODEL_LONG_FIELDS,
+    *MODEL_OPTIONAL_FIELDS,
+    "time_discounts",
+)
+MAX_DISCOUNT_WINDOWS = 4
 POOL_FIELDS = (
     "gpu_hour_usd",
     "prefill_tokens_per_gpu_second",
@@ -82,8 +99,17 @@ def model_rates_clean(rates: dict[str, Any]) -> dict[str, Any]:
     ``input_per_mtok``, ``cached_input_per_mtok`` and ``output_per_mtok`` are required;
     cache writes default to the input rate (no write premium: Vertex, OpenAI before
     GPT-5.6), storage to zero. With ``long_threshold_tokens`` the long-tier input, cached
-    input and output rates are required, long-tier writes default to the long input rate.
+    input and output rates are required, long-tier writes default to the long input rate
+    (long storage to the base storage rate). Thinking and audio rates are optional (null:
+    the text rate of the same line); ``long_threshold_basis`` says which tokens count
+    towards the threshold (``prompt`` or ``uncached_prompt``); ``time_discounts`` are
+    daily UTC windows ``{"start": "HH:MM", "end": "HH:MM", "percent": 1..100}``.
     """
+    unknown = sorted(set(rates) - set(MODEL_ALL_FIELDS))
+    if unknown:
+        raise InvalidPrice(
+            f"Unknown rate fields: {', '.join(unknown)}.", details={"fields": unknown}
+        )
     clean: dict[str, Any] = {}
     for name in ("input_per_mtok", "cached_input_per_mtok", "output_per_mtok"):
         if rates.get(name) is None:
@@ -96,6 +122,17 @@ def model_rates_clean(rates: dict[str, Any]) -> dict[str, Any]:
     clean["storage_per_mtok_hour"] = (
         Decimal(0) if raw_storage is None else _decimal("storage_per_mtok_hour", raw_storage)
     )
+    for name in MODEL_OPTIONAL_FIELDS:
+        raw = rates.get(name)
+        clean[name] = None if raw is None else _decimal(name, raw)
+    clean["time_discounts"] = _discounts_clean(rates.get("time_discounts"))
+    basis = rates.get("long_threshold_basis") or LONG_BASIS_PROMPT
+    if basis not in LONG_BASES:
+        raise InvalidPrice(
+            f"long_threshold_basis must be one of {', '.join(LONG_BASES)}.",
+            details={"field": "long_threshold_basis"},
+        )
+    clean["long_threshold_basis"] = basis
     threshold = rates.get("long_threshold_tokens")
     if threshold is None:
         if any(rates.get(name) is not None for name in MODEL_LONG_FIELDS):
@@ -112,7 +149,48 @@ def model_rates_clean(rates: dict[str, Any]) -> dict[str, Any]:
     for name in ("long_cache_write_5m_per_mtok", "long_cache_write_1h_per_mtok"):
         raw = rates.get(name)
         clean[name] = clean["long_input_per_mtok"] if raw is None else _decimal(name, raw)
+    raw = rates.get("long_storage_per_mtok_hour")
+    clean["long_storage_per_mtok_hour"] = (
+        None if raw is None else _decimal("long_storage_per_mtok_hour", raw)
+    )
     return clean
+
+
+def _discounts_clean(raw: Any) -> list[dict]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or len(raw) > MAX_DISCOUNT_WINDOWS:
+        raise InvalidPrice(
+            f"time_discounts must be a list of at most {MAX_DISCOUNT_WINDOWS} windows.",
+            details={"field": "time_discounts"},
+        )
+    windows = []
+    for item in raw:
+        if not isinstance(item, dict) or set(item) - {"start", "end", "percent"}:
+            raise InvalidPrice(
+                "A discount window is {start, end, percent}.", details={"field": "time_discounts"}
+            )
+        try:
+            windows.append(DiscountWindow.parse(item).to_dict())
+        except ValueError as exc:
+            raise InvalidPrice(
+                f"Bad discount window: {exc}.", details={"field": "time_discounts"}
+            ) from None
+    return windows
+
+
+def model_rates_merge(*, price: ModelPrice, changes: dict[str, Any]) -> dict[str, Any]:
+    """A correction's complete rates: the version's own values with only ``changes`` applied.
+
+    A partial correction (say, a new output rate) must not zero the storage rate or drop
+    the long tier it did not mention. Setting ``long_threshold_tokens`` to null removes
+    the long tier (and its rates, unless given in the same correction).
+    """
+    merged = {name: getattr(price, name) for name in MODEL_ALL_FIELDS}
+    if "long_threshold_tokens" in changes and changes["long_threshold_tokens"] is None:
+        merged.update(dict.fromkeys(MODEL_LONG_FIELDS))
+    merged.update(changes)
+    return merged
 
 
 def pool_rates_clean(rates: dict[str, Any]) -> dict[str, Any]:
@@ -309,11 +387,12 @@ def model_price_correct(
 ) -> ModelPrice:
     """Replace a mistaken version's rates over its range (the old one is kept, superseded).
 
-    Raises InvalidPrice, PriceAlreadySuperseded. Audited as ``billing.price.correct``.
+    Only the fields named in ``rates`` change (see :func:`model_rates_merge`). Raises
+    InvalidPrice, PriceAlreadySuperseded. Audited as ``billing.price.correct``.
     """
     return _version_correct(
         price=price,
-        values=model_rates_clean(rates),
+        values=model_rates_clean(model_rates_merge(price=price, changes=rates)),
         actor=actor,
         key={"provider": price.provider, "model": price.model},
         source=source,
@@ -352,9 +431,10 @@ def pool_price_correct(
     *, actor: Actor, price: PoolPrice, rates: dict[str, Any], source: str, note: str = ""
 ) -> PoolPrice:
     """Replace a mistaken pool price over its range. Audited as ``billing.pool_price.correct``."""
+    merged = {name: getattr(price, name) for name in POOL_FIELDS} | dict(rates)
     return _version_correct(
         price=price,
-        values=pool_rates_clean(rates),
+        values=pool_rates_clean(merged),
         actor=actor,
         key={"pool": price.pool},
         source=source,

@@ -7,7 +7,10 @@ cannot interleave). Storage accruals are recomputed the same way.
 
 One transaction per batch, not one for the whole run (a reprice may touch millions of
 rows); rerunning is harmless because repricing a correctly priced row changes nothing.
-Budget counters are not adjusted: they record what was enforced at the time.
+Rollup deltas are exact (nano-USD) and each touched rollup's µ$ figure is recomputed
+from its new nano total. Finally the spend counters of every budget period overlapping
+the range are recomputed from the ledger and storage (after draining the usage queue),
+so budgets, rollups, savings and the ledger agree again.
 """
 
 from __future__ import annotations
@@ -20,48 +23,86 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from audit.services import audit_record
-from billing.models import Provider, StorageAccrual, UsageRecord
-from billing.pricing import UsageCounts, gpu_cost, storage_micros, token_cost
+from billing.models import BudgetPeriod, Provider, StorageAccrual, UsageKind, UsageRecord
+from billing.pricing import (
+    UsageCounts,
+    cache_creation_cost,
+    gpu_cost,
+    nanos_to_micros,
+    storage_nanos,
+    token_cost,
+)
 from billing.selectors.prices import PriceIndex
+from billing.selectors.usage import tenant_spend_nanos
 from billing.services.storage import _seconds, hour_floor
-from billing.services.usage import ROLLUP_LOCK
+from billing.services.usage import ROLLUP_LOCK, micros_sql, usage_flush
 from tenants.actor import Actor
 from tenants.models import Tenant
 
-_UPDATE_SQL = """
+_UPDATE_SQL = (
+    """
 UPDATE billing_usagerecord AS u SET
   price_version_id = v.price_version_id, pool_price_id = v.pool_price_id,
-  cost_micros = v.cost_micros, cost_without_cache_micros = v.cost_without_cache_micros,
+  cost_nanos = v.cost_nanos, cost_without_cache_nanos = v.cost_without_cache_nanos,
+  cost_micros = """
+    + micros_sql("v.cost_nanos")
+    + ", cost_without_cache_micros = "
+    + micros_sql("v.cost_without_cache_nanos")
+    + """,
   repriced_at = now()
 FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[])
-  AS v(id, price_version_id, pool_price_id, cost_micros, cost_without_cache_micros)
+  AS v(id, price_version_id, pool_price_id, cost_nanos, cost_without_cache_nanos)
 WHERE u.id = v.id
 """
+)
 
-_ROLLUP_DELTA_SQL = """
+# Deltas (exact nanos, may be negative) and unpriced-count deltas; the µ$ columns are
+# recomputed from the resulting nano totals.
+_ROLLUP_DELTA_SQL = (
+    """
 INSERT INTO billing_usagerollup (tenant_id, granularity, bucket, provider, model, requests,
-  error_requests, prompt_tokens, cached_read_tokens, cache_write_5m_tokens,
-  cache_write_1h_tokens, output_tokens, cost_micros, cost_without_cache_micros)
-SELECT t, g, date_trunc(g, at, 'UTC'), p, m, 0, 0, 0, 0, 0, 0, 0, sum(c), sum(w)
-FROM unnest(%s::uuid[], %s::timestamptz[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])
-  AS d(t, at, p, m, c, w)
+  error_requests, unpriced_requests, prompt_tokens, cached_read_tokens, cache_write_5m_tokens,
+  cache_write_1h_tokens, output_tokens, thinking_tokens, audio_prompt_tokens,
+  audio_output_tokens, cost_nanos, cost_without_cache_nanos, cost_micros,
+  cost_without_cache_micros)
+SELECT t, g, date_trunc(g, at, 'UTC'), p, m, 0, 0, sum(un), 0, 0, 0, 0, 0, 0, 0, 0, sum(c),
+  sum(w), 0, 0
+FROM unnest(%s::uuid[], %s::timestamptz[], %s::text[], %s::text[], %s::bigint[], %s::bigint[],
+  %s::bigint[]) AS d(t, at, p, m, c, w, un)
   CROSS JOIN (VALUES ('minute'), ('day')) AS gr(g)
 GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5
 ON CONFLICT (tenant_id, granularity, bucket, provider, model) DO UPDATE SET
-  cost_micros = billing_usagerollup.cost_micros + EXCLUDED.cost_micros,
-  cost_without_cache_micros =
-    billing_usagerollup.cost_without_cache_micros + EXCLUDED.cost_without_cache_micros
+  unpriced_requests = billing_usagerollup.unpriced_requests + EXCLUDED.unpriced_requests,
+  cost_nanos = billing_usagerollup.cost_nanos + EXCLUDED.cost_nanos,
+  cost_without_cache_nanos =
+    billing_usagerollup.cost_without_cache_nanos + EXCLUDED.cost_without_cache_nanos,
+  cost_micros = """
+    + micros_sql("billing_usagerollup.cost_nanos + EXCLUDED.cost_nanos")
+    + ", cost_without_cache_micros = "
+    + micros_sql("billing_usagerollup.cost_without_cache_nanos + EXCLUDED.cost_without_cache_nanos")
+    + """
 """
+)
 
 
 @dataclass
 class RepriceResult:
     rows_scanned: int = 0
     rows_changed: int = 0
-    delta_micros: int = 0
+    delta_nanos: int = 0
     storage_rows_scanned: int = 0
     storage_rows_changed: int = 0
-    storage_delta_micros: int = 0
+    storage_delta_nanos: int = 0
+    budget_periods_recomputed: int = 0
+    budget_delta_micros: int = 0
+
+    @property
+    def delta_micros(self) -> int:
+        return nanos_to_micros(self.delta_nanos)
+
+    @property
+    def storage_delta_micros(self) -> int:
+        return nanos_to_micros(self.storage_delta_nanos)
 
 
 def _reprice_usage_batch(rows: list[UsageRecord], result: RepriceResult) -> None:
@@ -70,7 +111,7 @@ def _reprice_usage_batch(rows: list[UsageRecord], result: RepriceResult) -> None
         pools={r.pool for r in rows if r.provider == Provider.VLLM},
     )
     changed: list[tuple] = []
-    deltas: defaultdict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+    deltas: defaultdict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])
     for r in rows:
         counts = UsageCounts(
             r.prompt_tokens,
@@ -78,35 +119,48 @@ def _reprice_usage_batch(rows: list[UsageRecord], result: RepriceResult) -> None
             r.cache_write_5m_tokens,
             r.cache_write_1h_tokens,
             r.output_tokens,
+            r.thinking_tokens,
+            r.audio_prompt_tokens,
+            r.audio_cached_read_tokens,
+            r.audio_output_tokens,
         )
         price_id = pool_price_id = None
         cost = without = 0
         if r.provider == Provider.VLLM:
-            pool_price = index.pool_price(r.pool, r.occurred_at) if r.pool else None
+            pool_price = index.pool_price(r.pool, r.occurred_at)
             if pool_price is not None:
                 booked = gpu_cost(counts, index.pool_rates(pool_price))
                 pool_price_id, cost, without = (
                     pool_price.pk,
-                    booked.micros,
-                    booked.without_cache_micros,
+                    booked.nanos,
+                    booked.without_cache_nanos,
                 )
         else:
             price = index.model_price(r.provider, r.model, r.occurred_at)
             if price is not None:
-                booked = token_cost(counts, index.rates(price))
-                price_id, cost, without = price.pk, booked.micros, booked.without_cache_micros
+                if r.kind == UsageKind.CACHE_CREATE:
+                    ttl = 300 if r.cache_write_5m_tokens else 3600
+                    booked = cache_creation_cost(
+                        tokens=r.prompt_tokens, rates=index.rates(price), ttl_seconds=ttl
+                    )
+                else:
+                    booked = token_cost(counts, index.rates(price), r.occurred_at)
+                price_id, cost, without = price.pk, booked.nanos, booked.without_cache_nanos
         if (price_id, pool_price_id, cost, without) == (
             r.price_version_id,
             r.pool_price_id,
-            r.cost_micros,
-            r.cost_without_cache_micros,
+            r.cost_nanos,
+            r.cost_without_cache_nanos,
         ):
             continue
+        was_unpriced = r.price_version_id is None and r.pool_price_id is None
+        is_unpriced = price_id is None and pool_price_id is None
         changed.append((r.pk, price_id, pool_price_id, cost, without))
         key = (str(r.tenant_id), r.occurred_at, r.provider, r.model)
-        deltas[key][0] += cost - r.cost_micros
-        deltas[key][1] += without - r.cost_without_cache_micros
-        result.delta_micros += cost - r.cost_micros
+        deltas[key][0] += cost - r.cost_nanos
+        deltas[key][1] += without - r.cost_without_cache_nanos
+        deltas[key][2] += int(is_unpriced) - int(was_unpriced)
+        result.delta_nanos += cost - r.cost_nanos
     result.rows_scanned += len(rows)
     result.rows_changed += len(changed)
     if not changed:
@@ -123,6 +177,7 @@ def _reprice_usage_batch(rows: list[UsageRecord], result: RepriceResult) -> None
                 [k[3] for k in keys],
                 [deltas[k][0] for k in keys],
                 [deltas[k][1] for k in keys],
+                [deltas[k][2] for k in keys],
             ],
         )
 
@@ -150,34 +205,78 @@ def _reprice_storage(
                 result.storage_rows_scanned += 1
                 seconds = _seconds(a.covered_from, a.covered_to)
                 price_id = pool_price_id = None
-                micros = 0
+                nanos = 0
                 if a.provider == Provider.VLLM:
                     pool_price = index.pool_price(a.pool, a.covered_from)
                     if pool_price is not None:
                         pool_price_id = pool_price.pk
-                        micros = index.pool_rates(pool_price).kv_micros(
+                        nanos = index.pool_rates(pool_price).kv_nanos(
                             tokens=a.tokens, seconds=seconds
                         )
                 else:
                     price = index.model_price(a.provider, a.model, a.covered_from)
                     if price is not None:
                         price_id = price.pk
-                        micros = storage_micros(
+                        nanos = storage_nanos(
                             tokens=a.tokens,
                             seconds=seconds,
-                            rate_per_mtok_hour=price.storage_per_mtok_hour,
+                            rate_per_mtok_hour=index.rates(price)
+                            .for_prompt(a.tokens)
+                            .storage_per_hour,
                         )
-                if (price_id, pool_price_id, micros) == (
+                if (price_id, pool_price_id, nanos) == (
                     a.price_version_id,
                     a.pool_price_id,
-                    a.cost_micros,
+                    a.cost_nanos,
                 ):
                     continue
                 result.storage_rows_changed += 1
-                result.storage_delta_micros += micros - a.cost_micros
+                result.storage_delta_nanos += nanos - a.cost_nanos
                 StorageAccrual.objects.filter(pk=a.pk).update(
-                    price_version_id=price_id, pool_price_id=pool_price_id, cost_micros=micros
+                    price_version_id=price_id,
+                    pool_price_id=pool_price_id,
+                    cost_nanos=nanos,
+                    cost_micros=nanos_to_micros(nanos),
                 )
+
+
+def budget_period_recompute(*, period: BudgetPeriod) -> int:
+    """Set one period's spend to what the ledger and storage hold for it; returns the delta.
+
+    Locked row, one statement: reservations (``reserved_micros``) are left alone. The
+    figure is the µ$ of the exact nano sum (request costs of the period, of the budget's
+    service account when it has one, plus storage for tenant-wide budgets).
+    """
+    with transaction.atomic():
+        locked = BudgetPeriod.objects.select_for_update().select_related("budget").get(pk=period.pk)
+        spent = nanos_to_micros(
+            tenant_spend_nanos(
+                tenant_id=locked.tenant_id,
+                since=locked.period_start,
+                until=locked.period_end,
+                principal_id=locked.budget.principal_id,
+            )
+        )
+        delta = spent - locked.spent_micros
+        if delta:
+            BudgetPeriod.objects.filter(pk=locked.pk).update(spent_micros=spent)
+    return delta
+
+
+def _budget_periods_recompute(
+    *, since: datetime, until: datetime | None, tenant: Tenant | None, result: RepriceResult
+) -> None:
+    # Drain the usage queue first: a request settled on its budget but not yet flushed
+    # would otherwise drop out of the recomputed figure.
+    usage_flush()
+    periods = BudgetPeriod.objects.filter(period_end__gt=since)
+    if until is not None:
+        periods = periods.filter(period_start__lt=until)
+    if tenant is not None:
+        periods = periods.filter(tenant=tenant)
+    for period in periods.order_by("id"):
+        result.budget_periods_recomputed += 1
+        result.budget_delta_micros += budget_period_recompute(period=period)
 
 
 def usage_reprice(
@@ -211,6 +310,7 @@ def usage_reprice(
             connection.ensure_connection()
             _reprice_usage_batch(batch, result)
     _reprice_storage(since=since, until=until, tenant=tenant, result=result)
+    _budget_periods_recompute(since=since, until=until, tenant=tenant, result=result)
     with transaction.atomic():
         audit_record(
             actor=actor,
@@ -223,6 +323,8 @@ def usage_reprice(
                 "until": until.isoformat() if until else None,
                 "finished_at": timezone.now().isoformat(),
                 **asdict(result),
+                "delta_micros": result.delta_micros,
+                "storage_delta_micros": result.storage_delta_micros,
             },
         )
     return result

@@ -3,7 +3,10 @@
 Vertex explicit caches pay storage per 1M tokens per hour; on self-hosted pools a pinned
 prefix holds KV blocks, charged as block-hours at the pool's GPU price. The caches app
 reports each live (or just evicted) cache's interval from a beat task; reporting the
-same interval twice, or overlapping intervals, charges each second once.
+same interval twice, or overlapping intervals, charges each second once. Costs are exact
+nano-USD (``cost_nanos``; ``cost_micros`` is its rounding). When a cache's token count
+changes within an hour, the seconds already covered keep the count they were accrued at
+and only the rest of the hour is priced at the new count.
 """
 
 from __future__ import annotations
@@ -12,11 +15,17 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection, transaction
+from django.db.models import Max
 
 from billing.errors import InvalidRange, InvalidUsage, PriceNotFound
 from billing.models import Provider, StorageAccrual
-from billing.pricing import storage_micros
-from billing.selectors.prices import model_price_resolve, pool_price_resolve, pool_rates
+from billing.pricing import nanos_to_micros, storage_nanos
+from billing.selectors.prices import (
+    model_price_resolve,
+    pool_price_resolve,
+    pool_rates,
+    token_rates,
+)
 from tenants.models import Tenant
 
 HOUR = timedelta(hours=1)
@@ -35,34 +44,35 @@ def _seconds(start: datetime, end: datetime) -> Decimal:
 def storage_cost_for(
     *, provider: str, model: str, pool: str, tokens: int, start: datetime, end: datetime
 ) -> tuple[int, int | None, int | None]:
-    """(cost micros, model price id, pool price id) of holding ``tokens`` over [start, end).
+    """(cost nanos, model price id, pool price id) of holding ``tokens`` over [start, end).
 
     The price is the one effective at ``start`` (an interval never spans more than one
-    hour bucket here). Raises PriceNotFound when none covers it.
+    hour bucket here), at the storage rate of the tier the cached tokens fall into.
+    Raises PriceNotFound when none covers it.
     """
     seconds = _seconds(start, end)
     if provider == Provider.VLLM:
-        price = pool_price_resolve(pool=pool, at=start) if pool else None
+        price = pool_price_resolve(pool=pool, at=start)
         if price is None:
             raise PriceNotFound(f"No GPU price for pool {pool!r} at {start.isoformat()}.")
-        return pool_rates(price).kv_micros(tokens=tokens, seconds=seconds), None, price.pk
+        return pool_rates(price).kv_nanos(tokens=tokens, seconds=seconds), None, price.pk
     model_price = model_price_resolve(provider=provider, model=model, at=start)
     if model_price is None:
         raise PriceNotFound(f"No price for {provider}:{model} at {start.isoformat()}.")
-    micros = storage_micros(
-        tokens=tokens, seconds=seconds, rate_per_mtok_hour=model_price.storage_per_mtok_hour
-    )
-    return micros, model_price.pk, None
+    rate = token_rates(model_price).for_prompt(tokens).storage_per_hour
+    nanos = storage_nanos(tokens=tokens, seconds=seconds, rate_per_mtok_hour=rate)
+    return nanos, model_price.pk, None
 
 
 _UPSERT_SQL = """
 INSERT INTO billing_storageaccrual (tenant_id, cache_id, provider, model, pool, tokens, hour,
-  covered_from, covered_to, price_version_id, pool_price_id, cost_micros, updated_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, now())
-ON CONFLICT (tenant_id, cache_id, hour) DO UPDATE SET
+  covered_from, covered_to, price_version_id, pool_price_id, cost_micros, cost_nanos,
+  updated_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 0, now())
+ON CONFLICT (tenant_id, cache_id, hour, tokens) DO UPDATE SET
   covered_from = LEAST(billing_storageaccrual.covered_from, EXCLUDED.covered_from),
   covered_to = GREATEST(billing_storageaccrual.covered_to, EXCLUDED.covered_to),
-  tokens = EXCLUDED.tokens, updated_at = now()
+  updated_at = now()
 RETURNING id, covered_from, covered_to
 """
 
@@ -99,6 +109,16 @@ def storage_accrue(
         bucket = hour_floor(start)
         while bucket < end:
             piece_from, piece_to = max(start, bucket), min(end, bucket + HOUR)
+            # Seconds of this hour already accrued at another token count stay theirs.
+            claimed = StorageAccrual.objects.filter(
+                tenant=tenant, cache_id=cache_id, hour=bucket, covered_from__lt=piece_to
+            ).exclude(tokens=tokens)
+            claimed_to = claimed.aggregate(end=Max("covered_to"))["end"]
+            if claimed_to is not None:
+                piece_from = max(piece_from, claimed_to)
+            if piece_from >= piece_to:
+                bucket += HOUR
+                continue
             with connection.cursor() as cursor:
                 cursor.execute(
                     _UPSERT_SQL,
@@ -118,7 +138,7 @@ def storage_accrue(
                     ],
                 )
                 row_id, covered_from, covered_to = cursor.fetchone()
-            micros, price_id, pool_price_id = storage_cost_for(
+            nanos, price_id, pool_price_id = storage_cost_for(
                 provider=provider,
                 model=model,
                 pool=pool,
@@ -127,7 +147,10 @@ def storage_accrue(
                 end=covered_to,
             )
             StorageAccrual.objects.filter(pk=row_id).update(
-                cost_micros=micros, price_version_id=price_id, pool_price_id=pool_price_id
+                cost_nanos=nanos,
+                cost_micros=nanos_to_micros(nanos),
+                price_version_id=price_id,
+                pool_price_id=pool_price_id,
             )
             rows.append(StorageAccrual.objects.get(pk=row_id))
             bucket += HOUR
@@ -137,7 +160,9 @@ def storage_accrue(
 def storage_estimate_micros(
     *, provider: str, model: str, tokens: int, ttl: timedelta, at: datetime, pool: str = ""
 ) -> int:
-    """Storage cost of keeping ``tokens`` for ``ttl`` at today's price (for reservations)."""
-    return storage_cost_for(
+    """Storage cost of keeping ``tokens`` for ``ttl`` at today's price, in µ$ rounded up
+    (for reservations: a hold is never below what it covers)."""
+    nanos = storage_cost_for(
         provider=provider, model=model, pool=pool, tokens=tokens, start=at, end=at + ttl
     )[0]
+    return -(-nanos // 1000)

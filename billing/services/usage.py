@@ -31,8 +31,8 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from billing.errors import InvalidUsage
-from billing.models import Provider, UsageStatus
-from billing.pricing import Cost, UsageCounts, gpu_cost, token_cost
+from billing.models import Provider, UsageKind, UsageStatus
+from billing.pricing import Cost, UsageCounts, cache_creation_cost, gpu_cost, token_cost
 from billing.selectors.prices import PriceIndex
 from controlplane import ops
 from tenants.models import Tenant
@@ -76,6 +76,26 @@ class _Message(msgspec.Struct, array_like=True):
     latency_ms: int | None
     status: str
     stream: bool
+    # Appended later: defaults let messages queued by an older release still decode.
+    thinking_tokens: int = 0
+    audio_prompt_tokens: int = 0
+    audio_cached_read_tokens: int = 0
+    audio_output_tokens: int = 0
+    kind: str = UsageKind.REQUEST
+    ttl_seconds: int = 0
+
+    def counts(self) -> UsageCounts:
+        return UsageCounts(
+            self.prompt_tokens,
+            self.cached_read_tokens,
+            self.cache_write_5m_tokens,
+            self.cache_write_1h_tokens,
+            self.output_tokens,
+            self.thinking_tokens,
+            self.audio_prompt_tokens,
+            self.audio_cached_read_tokens,
+            self.audio_output_tokens,
+        )
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -129,18 +149,43 @@ def usage_message(
     worker: str = "",
     pool: str = "",
     stream: bool = False,
+    thinking_tokens: int = 0,
+    audio_prompt_tokens: int = 0,
+    audio_cached_read_tokens: int = 0,
+    audio_output_tokens: int = 0,
+    kind: str = UsageKind.REQUEST,
+    ttl_seconds: int = 0,
 ) -> bytes:
-    """Validate one request's usage and encode it for the queue (no I/O)."""
+    """Validate one request's usage and encode it for the queue (no I/O).
+
+    Partial work (an aborted or disconnected stream, an upstream error after tokens were
+    produced) is recorded like any request, with the counts of what was streamed and a
+    non-``ok`` status: the provider bills it, so the ledger prices it in full.
+    ``kind="cache_create"`` books the write of an explicit cache (``ttl_seconds`` picks
+    the write tier); see :func:`cache_creation_record`.
+    """
     counts = UsageCounts(
         prompt_tokens,
         cached_read_tokens,
         cache_write_5m_tokens,
         cache_write_1h_tokens,
         output_tokens,
+        thinking_tokens,
+        audio_prompt_tokens,
+        audio_cached_read_tokens,
+        audio_output_tokens,
     )
     problems = counts.problems()
-    if any(v >= 2**31 for v in (prompt_tokens, output_tokens) if isinstance(v, int)):
+    if any(
+        v >= 2**31
+        for v in (prompt_tokens, output_tokens, thinking_tokens, audio_output_tokens)
+        if isinstance(v, int)
+    ):
         problems.append("token counts must be below 2^31")
+    if kind not in UsageKind.values:
+        problems.append(f"unknown kind {kind!r}")
+    if not isinstance(ttl_seconds, int) or isinstance(ttl_seconds, bool) or ttl_seconds < 0:
+        problems.append("ttl_seconds must be a non-negative integer")
     if problems:
         raise InvalidUsage("; ".join(problems), details={"problems": problems})
     if provider not in Provider.values:
@@ -178,6 +223,12 @@ def usage_message(
             _optional_ms("latency_ms", latency_ms),
             str(status),
             bool(stream),
+            thinking_tokens,
+            audio_prompt_tokens,
+            audio_cached_read_tokens,
+            audio_output_tokens,
+            str(kind),
+            ttl_seconds,
         )
     )
 
@@ -213,6 +264,16 @@ class FlushResult:
     batch_keys: list[str] = field(default_factory=list)
 
 
+def micros_sql(nanos: str) -> str:
+    """SQL for ``nanos`` (a non-negative bigint expression) in µ$, rounded half-even,
+    exactly as ``billing.pricing.nanos_to_micros`` does it (``mod()``, not ``%``, so the
+    text is safe in statements that also take parameters)."""
+    return (
+        f"(({nanos}) / 1000 + CASE WHEN mod({nanos}, 1000) > 500 OR "
+        f"(mod({nanos}, 1000) = 500 AND mod(({nanos}) / 1000, 2) = 1) THEN 1 ELSE 0 END)"
+    )
+
+
 # Rows are COPYed (binary) into a per-session staging table, then moved into the ledger
 # in one statement. Ids travel as text and are cast here (binary COPY would need uuid
 # objects); ON COMMIT DELETE ROWS empties the stage with the transaction.
@@ -232,24 +293,42 @@ _STAGE_COLUMNS = (
     ("cache_write_5m_tokens", "int4"),
     ("cache_write_1h_tokens", "int4"),
     ("output_tokens", "int4"),
+    ("thinking_tokens", "int4"),
+    ("audio_prompt_tokens", "int4"),
+    ("audio_cached_read_tokens", "int4"),
+    ("audio_output_tokens", "int4"),
+    ("kind", "text"),
     ("ttft_ms", "int4"),
     ("latency_ms", "int4"),
     ("status", "text"),
     ("stream", "bool"),
     ("price_version_id", "int8"),
     ("pool_price_id", "int8"),
-    ("cost_micros", "int8"),
-    ("cost_without_cache_micros", "int8"),
+    ("cost_nanos", "int8"),
+    ("cost_without_cache_nanos", "int8"),
 )
 _STAGE_DDL = (
-    "CREATE TEMP TABLE IF NOT EXISTS billing_usage_stage ("
+    "CREATE TEMP TABLE IF NOT EXISTS billing_usage_stage_v2 ("
     + ", ".join(f"{name} {kind}" for name, kind in _STAGE_COLUMNS)
     + ") ON COMMIT DELETE ROWS"
 )
 _STAGE_COPY = (
-    "COPY billing_usage_stage ("
+    "COPY billing_usage_stage_v2 ("
     + ", ".join(name for name, _ in _STAGE_COLUMNS)
     + ") FROM STDIN (FORMAT BINARY)"
+)
+
+_ROLLUP_SUMS = (
+    "prompt_tokens",
+    "cached_read_tokens",
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
+    "output_tokens",
+    "thinking_tokens",
+    "audio_prompt_tokens",
+    "audio_output_tokens",
+    "cost_nanos",
+    "cost_without_cache_nanos",
 )
 
 _INSERT_SQL = (
@@ -257,49 +336,61 @@ _INSERT_SQL = (
 WITH rows AS (
   SELECT tenant_id::uuid, request_id, occurred_at, provider, model, worker, pool,
          api_key_id::uuid, principal_id::uuid, cache_id, prompt_tokens, cached_read_tokens,
-         cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, ttft_ms, latency_ms,
-         status, stream, price_version_id, pool_price_id, cost_micros,
-         cost_without_cache_micros
-  FROM billing_usage_stage
+         cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, thinking_tokens,
+         audio_prompt_tokens, audio_cached_read_tokens, audio_output_tokens, kind, ttft_ms,
+         latency_ms, status, stream, price_version_id, pool_price_id, cost_nanos,
+         cost_without_cache_nanos, """
+    + micros_sql("cost_nanos")
+    + ", "
+    + micros_sql("cost_without_cache_nanos")
+    + """
+  FROM billing_usage_stage_v2
 ), ins AS (
   INSERT INTO billing_usagerecord (
     tenant_id, request_id, occurred_at, provider, model, worker, pool, api_key_id,
     principal_id, cache_id, prompt_tokens, cached_read_tokens, cache_write_5m_tokens,
-    cache_write_1h_tokens, output_tokens, ttft_ms, latency_ms, status, stream,
-    price_version_id, pool_price_id, cost_micros, cost_without_cache_micros, recorded_at)
+    cache_write_1h_tokens, output_tokens, thinking_tokens, audio_prompt_tokens,
+    audio_cached_read_tokens, audio_output_tokens, kind, ttft_ms, latency_ms, status, stream,
+    price_version_id, pool_price_id, cost_nanos, cost_without_cache_nanos, cost_micros,
+    cost_without_cache_micros, recorded_at)
   SELECT rows.*, now() FROM rows
   ON CONFLICT (tenant_id, request_id) DO NOTHING
   RETURNING tenant_id, occurred_at, provider, model, status, prompt_tokens,
             cached_read_tokens, cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
-            cost_micros, cost_without_cache_micros
+            thinking_tokens, audio_prompt_tokens, audio_output_tokens, cost_nanos,
+            cost_without_cache_nanos, (price_version_id IS NULL AND pool_price_id IS NULL)
+            AS unpriced
+), sums AS (
+  SELECT ins.tenant_id, g.granularity, date_trunc(g.granularity, ins.occurred_at, 'UTC') AS b,
+         ins.provider, ins.model, count(*) AS requests,
+         count(*) FILTER (WHERE ins.status <> 'ok') AS error_requests,
+         count(*) FILTER (WHERE ins.unpriced) AS unpriced_requests, """
+    + ", ".join(f"sum(ins.{f}) AS {f}" for f in _ROLLUP_SUMS)
+    + """
+  FROM ins CROSS JOIN (VALUES ('minute'), ('day')) AS g(granularity)
+  GROUP BY 1, 2, 3, 4, 5
 ), roll AS (
   INSERT INTO billing_usagerollup (
     tenant_id, granularity, bucket, provider, model, requests, error_requests,
-    prompt_tokens, cached_read_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
-    output_tokens, cost_micros, cost_without_cache_micros)
-  SELECT ins.tenant_id, g.granularity, date_trunc(g.granularity, ins.occurred_at, 'UTC'),
-         ins.provider, ins.model, count(*), count(*) FILTER (WHERE ins.status <> 'ok'),
-         sum(ins.prompt_tokens), sum(ins.cached_read_tokens), sum(ins.cache_write_5m_tokens),
-         sum(ins.cache_write_1h_tokens), sum(ins.output_tokens), sum(ins.cost_micros),
-         sum(ins.cost_without_cache_micros)
-  FROM ins CROSS JOIN (VALUES ('minute'), ('day')) AS g(granularity)
-  GROUP BY 1, 2, 3, 4, 5
-  ORDER BY 1, 2, 3, 4, 5
-"""
+    unpriced_requests, """
+    + ", ".join(_ROLLUP_SUMS)
+    + """, cost_micros, cost_without_cache_micros)
+  SELECT sums.*, """
+    + micros_sql("sums.cost_nanos")
+    + ", "
+    + micros_sql("sums.cost_without_cache_nanos")
     + """
+  FROM sums ORDER BY 1, 2, 3, 4, 5
   ON CONFLICT (tenant_id, granularity, bucket, provider, model) DO UPDATE SET
     requests = billing_usagerollup.requests + EXCLUDED.requests,
     error_requests = billing_usagerollup.error_requests + EXCLUDED.error_requests,
-    prompt_tokens = billing_usagerollup.prompt_tokens + EXCLUDED.prompt_tokens,
-    cached_read_tokens = billing_usagerollup.cached_read_tokens + EXCLUDED.cached_read_tokens,
-    cache_write_5m_tokens =
-      billing_usagerollup.cache_write_5m_tokens + EXCLUDED.cache_write_5m_tokens,
-    cache_write_1h_tokens =
-      billing_usagerollup.cache_write_1h_tokens + EXCLUDED.cache_write_1h_tokens,
-    output_tokens = billing_usagerollup.output_tokens + EXCLUDED.output_tokens,
-    cost_micros = billing_usagerollup.cost_micros + EXCLUDED.cost_micros,
-    cost_without_cache_micros =
-      billing_usagerollup.cost_without_cache_micros + EXCLUDED.cost_without_cache_micros
+    unpriced_requests = billing_usagerollup.unpriced_requests + EXCLUDED.unpriced_requests, """
+    + ", ".join(f"{f} = billing_usagerollup.{f} + EXCLUDED.{f}" for f in _ROLLUP_SUMS)
+    + ", cost_micros = "
+    + micros_sql("billing_usagerollup.cost_nanos + EXCLUDED.cost_nanos")
+    + ", cost_without_cache_micros = "
+    + micros_sql("billing_usagerollup.cost_without_cache_nanos + EXCLUDED.cost_without_cache_nanos")
+    + """
   RETURNING 1
 )
 SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM roll)
@@ -311,22 +402,22 @@ def price_row(
     index: PriceIndex, m: _Message, at: datetime
 ) -> tuple[int | None, int | None, Cost | None]:
     """(model price id, pool price id, cost) of one message, or Nones when unpriced."""
-    counts = UsageCounts(
-        m.prompt_tokens,
-        m.cached_read_tokens,
-        m.cache_write_5m_tokens,
-        m.cache_write_1h_tokens,
-        m.output_tokens,
-    )
+    counts = m.counts()
     if m.provider == Provider.VLLM:
-        pool_price = index.pool_price(m.pool, at) if m.pool else None
+        pool_price = index.pool_price(m.pool, at)
         if pool_price is None:
             return None, None, None
         return None, pool_price.pk, gpu_cost(counts, index.pool_rates(pool_price))
     price = index.model_price(m.provider, m.model, at)
     if price is None:
         return None, None, None
-    return price.pk, None, token_cost(counts, index.rates(price))
+    rates = index.rates(price)
+    if m.kind == UsageKind.CACHE_CREATE:
+        cost = cache_creation_cost(
+            tokens=m.prompt_tokens, rates=rates, ttl_seconds=m.ttl_seconds or 3600
+        )
+        return price.pk, None, cost
+    return price.pk, None, token_cost(counts, rates, at)
 
 
 def _write_batch(messages: list[_Message], result: FlushResult) -> None:
@@ -356,14 +447,19 @@ def _write_batch(messages: list[_Message], result: FlushResult) -> None:
             m.cache_write_5m_tokens,
             m.cache_write_1h_tokens,
             m.output_tokens,
+            m.thinking_tokens,
+            m.audio_prompt_tokens,
+            m.audio_cached_read_tokens,
+            m.audio_output_tokens,
+            m.kind,
             m.ttft_ms,
             m.latency_ms,
             m.status,
             m.stream,
             price_id,
             pool_price_id,
-            cost.micros if cost else 0,
-            cost.without_cache_micros if cost else 0,
+            cost.nanos if cost else 0,
+            cost.without_cache_nanos if cost else 0,
         )
         rows.append(values)
     with transaction.atomic():
@@ -466,3 +562,47 @@ def usage_flush(*, batch_size: int | None = None, max_batches: int | None = None
 def usage_queue_depth() -> int:
     """Messages waiting for the next flush (for /metrics and the console)."""
     return int(ops.redis_client().llen(queue_key()))
+
+
+def cache_creation_record(
+    *,
+    tenant: Tenant,
+    cache_id: str,
+    operation_id: str,
+    provider: str,
+    model: str,
+    tokens: int,
+    ttl_seconds: int,
+    occurred_at: datetime,
+    principal_id: str | None = None,
+) -> None:
+    """Book the write of an explicit cache's tokens (Vertex bills creation as input).
+
+    One ledger row per creating operation (``request_id`` derives from it, so a retried
+    or replayed creation books once), ``kind=cache_create``, priced at the write rate of
+    the TTL's tier and saving nothing. vLLM pins cost their prefill through the warm-up
+    request, which the gateway meters, so only per-token providers are booked here.
+    """
+    if provider == Provider.VLLM or not tokens:
+        return
+    message = usage_message(
+        tenant=tenant,
+        request_id=f"cache-create:{operation_id}",
+        provider=provider,
+        model=model,
+        occurred_at=occurred_at,
+        prompt_tokens=tokens,
+        cache_write_1h_tokens=tokens if ttl_seconds > 300 else 0,
+        cache_write_5m_tokens=tokens if ttl_seconds <= 300 else 0,
+        cache_id=str(cache_id),
+        principal_id=principal_id,
+        kind=UsageKind.CACHE_CREATE,
+        ttl_seconds=ttl_seconds,
+    )
+    try:
+        usage_record_many([message])
+    except Exception:
+        # Runs after the creation committed: the queue being down must not lose the row
+        # (the same idempotent path as the flush; a later replay inserts nothing).
+        logger.warning("usage queue unreachable; booking the cache creation directly")
+        usage_write_direct([message])

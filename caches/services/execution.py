@@ -200,6 +200,7 @@ def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
         if op.kind == OperationKind.CREATE:
             cache.activated_at = now
             fields.append("activated_at")
+            _creation_book(op, cache, now)
         reason = f"{op.kind} succeeded"
         if remote.cached_tokens is not None:
             reason += f" (resident: {remote.cached_tokens} cached tokens)"
@@ -215,15 +216,43 @@ def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
     operation_finish(op, OperationStatus.SUCCEEDED)
 
 
+def _creation_book(op: CacheOperation, cache: CacheObject, now) -> None:
+    """Book the write of the cached tokens (billing; one ledger row per operation) and,
+    for economic caches, count the creation as a use of the content (the autopilot)."""
+    from billing.services.usage import cache_creation_record
+
+    if cache.ttl_policy == TtlPolicy.ECONOMIC:
+        from billing.services.cache_economics import ttl_profile_observe
+
+        ttl_profile_observe(cache=cache, at=now)
+
+    transaction.on_commit(
+        lambda: cache_creation_record(
+            tenant=cache.tenant,
+            cache_id=str(cache.pk),
+            operation_id=str(op.pk),
+            provider=cache.provider,
+            model=cache.model,
+            tokens=int(cache.token_count or 0),
+            ttl_seconds=int(cache.ttl_seconds),
+            occurred_at=now,
+            principal_id=str(op.requested_by_id) if op.requested_by_id else None,
+        )
+    )
+
+
 def next_refresh_time(cache: CacheObject, now):
     """When the scheduler should look at this cache again.
 
     vLLM caches are re-probed every pin interval (keeping blocks recently used so LRU
-    keeps them); sliding and economic Vertex caches are reviewed when 80 % of the TTL has
-    passed, so an extension lands before expiry; fixed Vertex caches need no review.
+    keeps them); sliding Vertex caches are reviewed when 80 % of the TTL has passed, so an
+    extension lands before expiry; economic ones at once (the autopilot then schedules
+    its own reviews); fixed Vertex caches need no review.
     """
     if cache.provider == Provider.VLLM:
         return now + timedelta(seconds=settings.CACHEPLANE_VLLM_PIN_REFRESH_SECONDS)
-    if cache.ttl_policy in (TtlPolicy.SLIDING, TtlPolicy.ECONOMIC):
+    if cache.ttl_policy == TtlPolicy.ECONOMIC:
+        return now  # the autopilot reviews it at once and schedules its own next look
+    if cache.ttl_policy == TtlPolicy.SLIDING:
         return now + timedelta(seconds=cache.ttl_seconds * 0.8)
     return None

@@ -13,8 +13,9 @@ from collections import defaultdict
 from django.db import transaction
 from django.utils import timezone
 
+from billing.services.cache_economics import cache_autopilot_on_hits
 from billing.ttl_policy import ewma_update
-from caches.models import CacheObject
+from caches.models import CacheObject, TtlPolicy
 from controlplane.ops import redis_client
 
 CACHE_HITS_KEY = "cacheplane:cache-hits"
@@ -60,5 +61,7 @@ def cache_hits_flush() -> int:
                 ]
             )
             updated += 1
+            if cache.ttl_policy == TtlPolicy.ECONOMIC:
+                cache_autopilot_on_hits(cache=cache, now=now, hits=hits["count"])
     client.delete(batch_key)
     return updated

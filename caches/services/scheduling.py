@@ -4,6 +4,12 @@ Each function reads only due rows through a partial index (``expire_at`` /
 ``next_refresh_at`` / ``next_prewarm_at`` of live caches), locks a bounded batch with
 ``SKIP LOCKED`` (so two beat runs never fight over rows), and returns how many it
 handled; the tasks re-enqueue themselves while full batches keep coming.
+
+Economic caches are run by the TTL autopilot (``billing.ttl_policy.autopilot_decide``,
+the function ``bench/ttl_policy.py`` measures): each review sets the expiry to the last
+query plus the keep-alive learned for the content (a refresh with that TTL, which may
+lengthen or shorten it), or lets the cache run out; near a budget limit it shortens and
+stops refreshing, over it drops the cache at the next review.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from caches.models import CacheObject, CacheOperation, CacheState, OperationKind
+from caches.models import CacheObject, CacheOperation, CacheState, OperationKind, TtlPolicy
 from caches.services.lifecycle import next_cron_time, operation_enqueue
 from caches.services.transitions import cache_transition
 from tenants.actor import Actor
@@ -80,6 +86,9 @@ def cache_enqueue_due_refreshes(*, now: datetime | None = None, limit: int | Non
                 cache.next_refresh_at, cache.next_prewarm_at = None, None
                 cache.save(update_fields=["next_refresh_at", "next_prewarm_at", "updated_at"])
                 continue
+            if cache.ttl_policy == TtlPolicy.ECONOMIC and not prewarm:
+                if _autopilot_review(cache, now):
+                    continue
             extend = _wants_extension(cache, now)
             if prewarm:
                 cache.next_prewarm_at = next_cron_time(cache.prewarm_cron, now)
@@ -96,3 +105,37 @@ def cache_enqueue_due_refreshes(*, now: datetime | None = None, limit: int | Non
             )
             operation_enqueue(operation)
     return handled
+
+
+def _autopilot_review(cache: CacheObject, now: datetime) -> bool:
+    """Apply the autopilot's decision to a due economic cache; False when it is unpriced
+    (the older rule then decides)."""
+    from billing import ttl_policy
+    from billing.services.cache_economics import cache_autopilot_decision
+
+    decision = cache_autopilot_decision(cache=cache, now=now)
+    if decision is None:
+        return False
+    ttl = decision.ttl_from(now.timestamp())
+    moves = decision.action in (ttl_policy.EXTEND, ttl_policy.SHORTEN) or (
+        decision.action == ttl_policy.EXPIRE
+        and cache.expire_at is not None
+        and decision.expire_at < cache.expire_at.timestamp() - 1
+    )
+    if moves and ttl > 0:
+        cache.next_refresh_at = None  # set again when the refresh succeeds
+        cache.save(update_fields=["next_refresh_at", "updated_at"])
+        operation = CacheOperation.objects.create(
+            tenant_id=cache.tenant_id,
+            cache=cache,
+            kind=OperationKind.REFRESH,
+            params={"ttl_seconds": ttl, "reason": f"autopilot: {decision.reason}"},
+        )
+        operation_enqueue(operation)
+        return True
+    review = decision.next_review_at
+    cache.next_refresh_at = (
+        datetime.fromtimestamp(review, tz=now.tzinfo) if review is not None else None
+    )
+    cache.save(update_fields=["next_refresh_at", "updated_at"])
+    return True

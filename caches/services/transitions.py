@@ -78,13 +78,16 @@ def _budget_settle(cache: CacheObject) -> None:
     from django.db.models import Sum
 
     from billing.models import BudgetReservation, StorageAccrual
+    from billing.pricing import nanos_to_micros
     from billing.services.budgets import budget_release, budget_settle
+    from caches.services.storage import cache_storage_accrue_final
 
     reservation = BudgetReservation.objects.filter(pk=cache.budget_reservation_id).first()
     if reservation is None:
         return
+    cache_storage_accrue_final(cache=cache)  # to the last second, before the hold settles
     accrued = StorageAccrual.objects.filter(tenant_id=cache.tenant_id, cache_id=str(cache.pk))
-    total = accrued.aggregate(total=Sum("cost_micros"))["total"] or 0
+    total = nanos_to_micros(int(accrued.aggregate(total=Sum("cost_nanos"))["total"] or 0))
     if total:
         budget_settle(reservation=reservation, actual_micros=int(total))
     else:

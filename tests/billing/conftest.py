@@ -20,7 +20,10 @@ def price_book(db):
 
     if not ModelPrice.objects.filter(note="seeded by migration billing.0002").exists():
         importlib.import_module("billing.migrations.0002_seed_price_book").seed(apps, None)
-    return {(p.provider, p.model): p for p in ModelPrice.objects.all()}
+        importlib.import_module(
+            "billing.migrations.0004_seed_published_tiers_deepseek_default_pool"
+        ).seed(apps, None)
+    return {(p.provider, p.model): p for p in ModelPrice.objects.filter(superseded_at__isnull=True)}
 
 
 @pytest.fixture

@@ -215,6 +215,7 @@ def test_a_budget_created_mid_month_starts_from_the_spend_so_far(tenant_a, admin
         model="gemini-2.5-pro",
         requests=1,
         cost_micros=4 * DOLLAR,
+        cost_nanos=4 * DOLLAR * 1000,
     )
     UsageRollup.objects.create(
         tenant=tenant_a,
@@ -224,6 +225,7 @@ def test_a_budget_created_mid_month_starts_from_the_spend_so_far(tenant_a, admin
         model="gemini-2.5-pro",
         requests=1,
         cost_micros=4 * DOLLAR,
+        cost_nanos=4 * DOLLAR * 1000,
     )
     budget = _budget(actor, tenant_a)
     assert _period(budget).spent_micros == 4 * DOLLAR

@@ -58,7 +58,8 @@ def test_a_change_adds_a_version_and_closes_the_current_one_at_its_start(
         effective_from=start,
     )
     old.refresh_from_db()
-    assert new.version == 2 and old.effective_to == start
+    # v1 was seeded, v2 is billing.0004's audio correction: the change is v3.
+    assert new.version == old.version + 1 and old.effective_to == start
     assert old.input_per_mtok == Decimal("0.30")  # history untouched
     before = model_price_resolve(
         provider="vertex", model="gemini-2.5-flash", at=start - timedelta(seconds=1)
@@ -66,7 +67,7 @@ def test_a_change_adds_a_version_and_closes_the_current_one_at_its_start(
     after = model_price_resolve(provider="vertex", model="gemini-2.5-flash", at=start)
     assert (before.pk, after.pk) == (old.pk, new.pk)
     event = AuditEvent.objects.filter(action="billing.price.create").latest("seq")
-    assert event.details["closed_version"] == 1 and event.tenant_id is None
+    assert event.details["closed_version"] == old.version and event.tenant_id is None
 
 
 def test_write_rates_default_to_input_and_storage_to_zero(platform_actor) -> None:

@@ -50,8 +50,8 @@ POOL = PoolRates(
 
 def test_a_plain_request_costs_input_plus_output() -> None:
     cost = token_cost(UsageCounts(prompt_tokens=10_000, output_tokens=500), PRO)
-    # 10,000 × $1.25/M = 12,500 µ$; 500 × $10/M = 5,000 µ$.
-    assert cost.lines["input"] == 12_500 and cost.lines["output"] == 5_000
+    # 10,000 × $1.25/M = 12,500 µ$ = 12,500,000 n$; 500 × $10/M = 5,000 µ$.
+    assert cost.lines["input"] == 12_500_000 and cost.lines["output"] == 5_000_000
     assert cost.micros == 17_500 and cost.without_cache_micros == 17_500
     assert cost.saved_micros == 0
 
@@ -88,12 +88,13 @@ def test_a_request_with_reads_and_both_writes_sums_its_line_items() -> None:
         output_tokens=1_000,
     )
     cost = token_cost(counts, SONNET)
-    assert cost.lines == {
-        "input": 15_000,  # 5,000 uncached × 3
-        "cached_read": 9_000,  # 30,000 × 0.30
-        "cache_write_5m": 18_750,  # 5,000 × 3.75
-        "cache_write_1h": 60_000,  # 10,000 × 6
-        "output": 15_000,  # 1,000 × 15
+    lines = {k: v for k, v in cost.lines.items() if v}
+    assert lines == {  # nano-USD
+        "input": 15_000_000,  # 5,000 uncached × 3
+        "cached_read": 9_000_000,  # 30,000 × 0.30
+        "cache_write_5m": 18_750_000,  # 5,000 × 3.75
+        "cache_write_1h": 60_000_000,  # 10,000 × 6
+        "output": 15_000_000,  # 1,000 × 15
     }
     assert cost.micros == 117_750
 
@@ -111,16 +112,18 @@ def test_exactly_200k_tokens_stays_in_the_base_tier() -> None:
     assert cost.micros == 250_000
 
 
-def test_rounding_is_half_even_once_per_line_item() -> None:
+def test_rounding_is_half_even_once_on_the_total() -> None:
     half = D("0.5")
     assert [line_micros(n, half) for n in (1, 3, 5, 7)] == [0, 2, 2, 4]
     assert round_micros(D("2.5")) == 2 and round_micros(D("3.5")) == 4
     rates = TokenRates(
         input=half, cached_input=half, cache_write_5m=half, cache_write_1h=half, output=half
     )
-    # Three lines of 0.5 µ$ each round to 0 separately: the total is 0, not round(1.5) = 2.
+    # Three lines of 0.5 µ$ are booked exactly (500 n$ each): the total is 1,500 n$ and
+    # its µ$ figure is round(1.5) = 2, the price of the sum (per-line rounding gave 0).
     counts = UsageCounts(prompt_tokens=2, cached_read_tokens=1, output_tokens=1)
-    assert token_cost(counts, rates).micros == 0
+    assert token_cost(counts, rates).nanos == 1_500
+    assert token_cost(counts, rates).micros == 2
 
 
 def test_sub_micro_amounts_are_exact_decimals_not_floats() -> None:
@@ -149,11 +152,12 @@ def test_impossible_counts_are_reported() -> None:
 def test_gpu_chargeback_charges_computed_prefill_and_decode() -> None:
     counts = UsageCounts(prompt_tokens=8_000, cached_read_tokens=6_000, output_tokens=100)
     cost = gpu_cost(counts, POOL)
-    # prefill 2,000 tokens: 2,000 × $2.50 × 1e6 / (3,600 × 10,000) = 138.89 → 139 µ$
-    # decode 100 tokens: 100 × 2.5e6 / (3,600 × 1,000) = 69.44 → 69 µ$
-    assert cost.lines == {"prefill": 139, "decode": 69}
-    # without the prefix cache every prompt token is prefilled: 555.56 → 556
-    assert cost.without_cache_micros == 556 + 69
+    # prefill 2,000 tokens: 2,000 × $2.50 × 1e9 / (3,600 × 10,000) = 138,888.9 → 138,889 n$
+    # decode 100 tokens: 100 × 2.5e9 / (3,600 × 1,000) = 69,444.4 → 69,444 n$
+    assert cost.lines == {"prefill": 138_889, "decode": 69_444}
+    # without the prefix cache every prompt token is prefilled: 555,555.6 → 555,556 n$;
+    # 555,556 + 69,444 = 625,000 n$ = 625 µ$
+    assert cost.without_cache_micros == 625
 
 
 def test_kv_block_hours_are_charged_by_whole_blocks() -> None:

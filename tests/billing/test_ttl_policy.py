@@ -134,3 +134,66 @@ def test_the_module_imports_nothing_from_django() -> None:
         "sys.exit(any(m.split('.')[0] == 'django' for m in sys.modules))"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+# --- The autopilot (billing.ttl_policy.autopilot_decide) --------------------------------
+
+
+def test_the_keep_alive_bridges_short_gaps_and_drops_before_long_ones() -> None:
+    from billing.ttl_policy import breakeven_gap_seconds, keep_alive_seconds
+
+    gap_star = breakeven_gap_seconds(PRO)
+    assert gap_star == 900.0  # (1.25 - 0.125) / 4.50 h
+    # No history: the rent-or-buy rule. Sessions: bridge the 100 s gaps only.
+    assert keep_alive_seconds(gaps=(), breakeven_gap=gap_star) == 900.0
+    assert keep_alive_seconds(gaps=(100.0, 5_000.0) * 10, breakeven_gap=gap_star) == 106.0
+    # Every gap worth bridging: at least G* (the history says nothing about longer gaps).
+    assert keep_alive_seconds(gaps=(60.0,) * 20, breakeven_gap=gap_star) == 900.0
+    # Only long gaps: keep nothing.
+    assert keep_alive_seconds(gaps=(7_200.0,) * 20, breakeven_gap=gap_star) == 0.0
+
+
+def test_the_history_is_bounded_and_ignores_out_of_order_queries() -> None:
+    from billing.ttl_policy import GAP_MEMORY, ReuseHistory
+
+    history = ReuseHistory()
+    for t in range(200):
+        history = history.observe(float(t * 10))
+    assert len(history.gaps) == GAP_MEMORY and history.last_query_at == 1_990.0
+    assert history.observe(5.0) == history
+
+
+def test_the_autopilot_refuses_new_pins_near_a_budget_and_drops_caches_over_it() -> None:
+    from billing.ttl_policy import EXPIRE, REFUSE, ReuseHistory, autopilot_decide
+
+    history = ReuseHistory((60.0,) * 20, 1_000.0)
+    near = autopilot_decide(
+        history=history, economics=PRO, now=1_000.0, expire_at=None, budget_used_fraction=0.9
+    )
+    assert near.action == REFUSE and not near.allow_new_pins
+    over = autopilot_decide(
+        history=history, economics=PRO, now=1_000.0, expire_at=5_000.0, budget_used_fraction=1
+    )
+    assert over.action == EXPIRE and over.expire_at == 1_060.0
+
+
+def test_the_benchmark_runs_the_apps_decision_function_and_beats_the_breakeven_rule() -> None:
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "ttl_policy.py"
+    spec = importlib.util.spec_from_file_location("bench_ttl_policy", path)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # dataclasses look their module up there
+    spec.loader.exec_module(bench)
+
+    assert bench.autopilot_decide is __import__("billing.ttl_policy").ttl_policy.autopilot_decide
+    trace = bench.make_trace(caches=8, days=2, seed=3)
+    no_cache = sum(bench.cost_no_cache(c) for c in trace)
+    optimum = no_cache - sum(bench.cost_optimum(c) for c in trace)
+    auto = no_cache - sum(bench.cost_autopilot(c, flush=5, review_lead=30) for c in trace)
+    rule = no_cache - sum(
+        bench.cost_keepalive(c, bench.breakeven_gap_seconds(c.economics)) for c in trace
+    )
+    assert auto / optimum >= 0.9 and auto >= rule * 0.99

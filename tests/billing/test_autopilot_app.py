@@ -1,0 +1,186 @@
+"""The TTL autopilot as the app runs it: scheduler reviews, hit flushes, budget coupling;
+and storage accrual over a fleet larger than one batch."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from audit.models import AuditEvent
+from billing.errors import BudgetNearLimit
+from billing.models import BudgetPeriod, BudgetReservation, StorageAccrual, TtlProfile
+from billing.services import budget_create, budget_reserve_cache_storage
+from caches.models import CacheObject, CacheOperation, CacheState, TtlPolicy
+from caches.services.hits import CACHE_HITS_KEY, cache_hits_flush
+from caches.services.scheduling import cache_enqueue_due_refreshes
+from caches.services.storage import cache_storage_accrue_recent
+
+pytestmark = pytest.mark.django_db
+DOLLAR = 1_000_000
+
+
+def _cache(tenant, *, now, expire_in: float = 3_000, digest: str | None = None, **fields):
+    values = {
+        "ttl_policy": TtlPolicy.ECONOMIC,
+        "next_refresh_at": now - timedelta(seconds=1),
+        **fields,
+    }
+    return CacheObject.objects.create(
+        tenant=tenant,
+        name=f"c-{uuid.uuid4().hex[:8]}",
+        provider="vertex",
+        model="gemini-2.5-pro",
+        content={"system": "x"},
+        content_digest=digest or uuid.uuid4().hex,
+        token_count=100_000,
+        ttl_seconds=3_600,
+        expire_at=now + timedelta(seconds=expire_in),
+        state=CacheState.ACTIVE,
+        activated_at=now - timedelta(hours=1),
+        **values,
+    )
+
+
+def _profile(cache, *, now, gaps, last_ago: float = 10.0) -> None:
+    TtlProfile.objects.create(
+        tenant=cache.tenant,
+        provider=cache.provider,
+        model=cache.model,
+        content_digest=cache.content_digest,
+        gaps_seconds=list(gaps),
+        last_query_at=now - timedelta(seconds=last_ago),
+    )
+
+
+def _refreshes(cache) -> list[CacheOperation]:
+    return list(CacheOperation.objects.filter(cache=cache, kind="refresh"))
+
+
+def _near_budget(tenant, actor, *, percent: int) -> None:
+    budget = budget_create(
+        actor=actor,
+        tenant=tenant,
+        name="month",
+        period="month",
+        limit_micros=100 * DOLLAR,
+        hard_limit=True,
+    )
+    from billing.services.budget_periods import budget_period_ensure
+
+    period = budget_period_ensure(budget=budget, at=timezone.now())
+    BudgetPeriod.objects.filter(pk=period.pk).update(spent_micros=percent * DOLLAR)
+
+
+def test_the_scheduler_sets_the_expiry_to_the_last_query_plus_the_learned_keep_alive(
+    tenant_a, price_book
+) -> None:
+    now = timezone.now()
+    cache = _cache(tenant_a, now=now)
+    # Sessions: quick follow-ups 100 s apart, long pauses of 5,000 s between them. For
+    # 100k tokens on 2.5 Pro the break-even gap is (1.25 - 0.125) / 4.50 h = 900 s, so
+    # the learned keep-alive bridges the 100 s gaps only: k = 100 × 1.05 + 1 = 106 s.
+    _profile(cache, now=now, gaps=[100.0, 5_000.0] * 10)
+    assert cache_enqueue_due_refreshes(now=now) == 1
+    (operation,) = _refreshes(cache)
+    # last query 10 s ago + 106 s = 96 s from now (the 1-hour TTL it had is cut short).
+    assert operation.params["ttl_seconds"] == 96
+    assert operation.params["reason"].startswith("autopilot: shorten")
+    cache.refresh_from_db()
+    assert cache.next_refresh_at is None
+    # Run twice: nothing is due any more, nothing new is enqueued.
+    assert cache_enqueue_due_refreshes(now=now) == 0
+    assert len(_refreshes(cache)) == 1
+
+
+def test_a_cache_on_target_is_left_alone_and_reviewed_before_its_expiry(
+    tenant_a, price_book
+) -> None:
+    now = timezone.now()
+    cache = _cache(tenant_a, now=now, expire_in=96)
+    _profile(cache, now=now, gaps=[100.0, 5_000.0] * 10)
+    cache_enqueue_due_refreshes(now=now)
+    cache.refresh_from_db()
+    assert _refreshes(cache) == []
+    review = cache.next_refresh_at - now
+    assert timedelta(seconds=65) <= review <= timedelta(seconds=67)  # expiry - 30 s
+
+
+def test_near_a_budget_limit_ttls_shorten_refreshes_stop_and_new_pins_are_refused(
+    tenant_a, actor, price_book
+) -> None:
+    _near_budget(tenant_a, actor, percent=95)
+    now = timezone.now()
+    # A busy context (gaps of 60 s: keep-alive would be G* = 900 s) is cut to 300 s.
+    busy = _cache(tenant_a, now=now)
+    _profile(busy, now=now, gaps=[60.0] * 20, last_ago=0)
+    cache_enqueue_due_refreshes(now=now)
+    assert [op.params["ttl_seconds"] for op in _refreshes(busy)] == [300]
+    # A cache about to run out is not refreshed any more.
+    ending = _cache(tenant_a, now=now, expire_in=40)
+    _profile(ending, now=now, gaps=[60.0] * 20, last_ago=0)
+    cache_enqueue_due_refreshes(now=now)
+    assert _refreshes(ending) == []
+    # And no new cache may be pinned: refused, audited, nothing held.
+    with pytest.raises(BudgetNearLimit) as raised:
+        budget_reserve_cache_storage(
+            tenant=tenant_a,
+            principal=None,
+            request_id="cache:new",
+            provider="vertex",
+            model="gemini-2.5-pro",
+            tokens=100_000,
+            ttl=timedelta(hours=1),
+        )
+    assert raised.value.code == "budget_near_limit" and raised.value.http_status == 402
+    assert not BudgetReservation.objects.filter(request_id="cache:new").exists()
+    assert AuditEvent.objects.filter(action="billing.budget.pin_refused").count() == 1
+
+
+def test_over_the_limit_live_caches_are_dropped_at_the_next_review(
+    tenant_a, actor, price_book
+) -> None:
+    _near_budget(tenant_a, actor, percent=100)
+    now = timezone.now()
+    cache = _cache(tenant_a, now=now)
+    _profile(cache, now=now, gaps=[60.0] * 20, last_ago=0)
+    cache_enqueue_due_refreshes(now=now)
+    assert [op.params["ttl_seconds"] for op in _refreshes(cache)] == [60]
+
+
+def test_a_hit_flush_teaches_the_profile_and_asks_for_an_extension(
+    tenant_a, price_book, redis_flush
+) -> None:
+    now = timezone.now()
+    cache = _cache(tenant_a, now=now, expire_in=20, next_refresh_at=None)
+    _profile(cache, now=now, gaps=[60.0] * 5, last_ago=60)
+    redis_flush.hincrby(CACHE_HITS_KEY, f"{cache.pk}:count", 2)
+    redis_flush.hincrby(CACHE_HITS_KEY, f"{cache.pk}:tokens", 200_000)
+    assert cache_hits_flush() == 1
+    profile = TtlProfile.objects.get(content_digest=cache.content_digest)
+    # Two more uses learned (one ~60 s after the last, one 0 s after that one).
+    assert len(profile.gaps_seconds) == 7 and profile.queries == 2
+    cache.refresh_from_db()
+    assert cache.next_refresh_at is not None  # due now: the scheduler extends it
+    cache_enqueue_due_refreshes(now=timezone.now())
+    (operation,) = _refreshes(cache)
+    assert operation.params["ttl_seconds"] > 20
+
+
+def test_storage_accrues_for_every_cache_of_a_fleet_larger_than_one_batch(
+    tenant_a, price_book
+) -> None:
+    now = timezone.now()
+    caches = [
+        _cache(tenant_a, now=now, ttl_policy=TtlPolicy.FIXED, next_refresh_at=None)
+        for _ in range(5)
+    ]
+    cache_storage_accrue_recent(now=now, limit=2)
+    charged = set(StorageAccrual.objects.values_list("cache_id", flat=True))
+    assert charged == {str(c.pk) for c in caches}
+    # Run twice: idempotent, the same figures.
+    before = sorted(StorageAccrual.objects.values_list("cost_nanos", flat=True))
+    cache_storage_accrue_recent(now=now, limit=2)
+    assert sorted(StorageAccrual.objects.values_list("cost_nanos", flat=True)) == before
