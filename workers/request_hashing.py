@@ -13,26 +13,53 @@ and the gateway routes on its character-based guess (the fallback mode).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from workers.engine.hashing import block_hash_chain, event_hash
+from workers.engine.hashing import block_extra_keys, event_hash, hash_function
 
 # (body, kind) -> token ids, or None when the body cannot be rendered.
 Tokenize = Callable[[dict[str, Any], str], list[int] | None]
 MAX_HASHED_TOKENS = 16_384  # longer prompts: the first blocks decide the route anyway
+MEMO_BLOCKS = 200_000
+
+# (algo, seed, salt, parent digest, block tokens) -> digest. Traffic shares prefixes (that
+# is why it is routed by them), so most blocks of a request were hashed before: a dict
+# lookup instead of CBOR + SHA-256 in Python keeps the hot path under a millisecond.
+_memo: OrderedDict[tuple, bytes] = OrderedDict()
 
 
 def _reference_tokenize(body: dict[str, Any], kind: str) -> list[int] | None:
-    from workers.engine.openai_protocol import APIError, chat_prompt, completion_prompts
+    """The reference worker's tokens for ``body`` (``openai_protocol.chat_prompt`` and
+    ``completion_prompts``, without importing the engine: the gateway has no torch)."""
+    from workers.engine import tokenizer
 
-    try:
-        if kind == "chat":
-            return chat_prompt(body)
-        prompts, _texts = completion_prompts(body)
-    except APIError:
-        return None
-    return prompts[0] if len(prompts) == 1 else None
+    def flag(name: str, default: bool) -> bool:
+        value = body.get(name, default)
+        return value if isinstance(value, bool) else default
+
+    if kind == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return None
+        try:
+            text = tokenizer.render_chat(
+                messages,
+                add_generation_prompt=flag("add_generation_prompt", True),
+                continue_final_message=flag("continue_final_message", False),
+            )
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+        return tokenizer.encode(text, add_special_tokens=flag("add_special_tokens", False))
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return tokenizer.encode(
+            prompt, add_special_tokens=body.get("add_special_tokens") is not False
+        )
+    if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+        return list(prompt)
+    return None
 
 
 _TOKENIZERS: dict[str, Tokenize] = {"reference": _reference_tokenize}
@@ -60,11 +87,20 @@ def request_block_hashes(
     ids = tokenize(body, kind)
     if not ids:
         return None
-    digests = block_hash_chain(
-        ids[:MAX_HASHED_TOKENS],
-        block_size=block_size,
-        cache_salt=salt,
-        hash_seed=hash_seed,
-        algo=algo,
-    )
-    return [event_hash(d) for d in digests]
+    hash_fn = hash_function(algo)
+    parent = hash_fn(hash_seed)
+    out: list[int] = []
+    ids = ids[:MAX_HASHED_TOKENS]
+    for index in range(len(ids) // block_size):
+        block = tuple(ids[index * block_size : (index + 1) * block_size])
+        extra = block_extra_keys(index, salt)
+        key = (algo, hash_seed, extra, parent, block)
+        digest = _memo.get(key)
+        if digest is None:
+            digest = hash_fn((parent, block, extra))
+            _memo[key] = digest
+            if len(_memo) > MEMO_BLOCKS:
+                _memo.popitem(last=False)
+        out.append(event_hash(digest))
+        parent = digest
+    return out
