@@ -60,8 +60,9 @@ class Directory:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # This process's name in the fleet's load state (pod name in Kubernetes).
     replica: str = field(
-        default_factory=lambda: f"{os.environ.get('HOSTNAME', 'gw')}-{os.getpid()}-"
-        f"{uuid.uuid4().hex[:6]}"
+        default_factory=lambda: (
+            f"{os.environ.get('HOSTNAME', 'gw')}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        )
     )
     _pushes: set = field(default_factory=set)
 
