@@ -480,15 +480,12 @@ def _reset_redis() -> None:
             client.delete(key)
 
 
-async def _lookup_cost(trace: Trace, workers: list[RunningWorker], samples: int) -> list[float]:
+async def _lookup_cost(trace: Trace, workers: list[tuple[str, str]], samples: int) -> list[float]:
     """Seconds per ``route_request`` in exact mode (tokenize, hash, one Redis pipeline)."""
     from gateway.directory import WorkerView
     from gateway.routing import PrefixIndex, route_request
 
-    views = [
-        WorkerView(f"w{i}", w.base_url, MODEL, "default", BLOCK_SIZE, 0.0)
-        for i, w in enumerate(workers)
-    ]
+    views = [WorkerView(name, url, MODEL, "default", BLOCK_SIZE, 0.0) for name, url in workers]
     requests = [r for _, _, eps in trace.phases for e in eps for s in e.steps for r in s]
     costs, modes = [], Counter()
     approx = PrefixIndex()
@@ -580,8 +577,11 @@ def run_policy(
             time.sleep(2.5)  # the gateways' directory refresh picks up the new workers
             sender = ThroughRouter([f"http://127.0.0.1:{p}" for p in ports], keys)
         outcome = asyncio.run(replay(trace, sender, workers, salts, name))
-        if name == "exact":
-            costs = asyncio.run(_lookup_cost(trace, workers, args.lookup_samples))
+        views = [(f"w{i}", w.base_url) for i, w in enumerate(workers)]
+    if name == "exact":
+        # Measured with the in-process workers stopped (their threads would compete for
+        # this process's GIL), while the index in Redis is still fresh.
+        costs = asyncio.run(_lookup_cost(trace, views, args.lookup_samples))
     return outcome, costs
 
 
