@@ -55,6 +55,7 @@ HOLDERS = 3  # workers remembered per chain hash
 PRESSURE = 0.85
 KEY_BLOCK = 1  # exact mode: the block whose hash places a new prefix (the first)
 PENDING_SECONDS = 3.0  # how long a routed-but-not-yet-evented prefix counts as held
+MATCH_THRESHOLD = 0.3  # exact mode: below this share of the prompt held, place by load
 
 ROUTES = Counter(
     "cacheplane_gateway_route",
@@ -373,8 +374,17 @@ def _exact(
     # replica breaks ties the same way.
     ranked = rendezvous_order(key, workers)
     holders = [w.name for w in sorted(ranked, key=lambda w: -scored[w.name]) if scored[w.name]]
-    candidates = order_candidates(key=key, workers=workers, inflight=load, preferred=holders)
     best = max(scored.values(), default=0)
+    if hashes and best < MATCH_THRESHOLD * len(hashes):
+        # Mostly new to every worker (a new document behind a known system prompt): it
+        # pays its prefill wherever it goes, so it goes where the load is lowest (deepest
+        # partial holder first among equals). New content thus spreads over the pool
+        # instead of piling onto one tenant's worker and spilling later, mid-session.
+        cool = [w for w in ranked if w.kv_usage < PRESSURE] or list(ranked)
+        candidates = sorted(cool, key=lambda w: (load.get(w.name, 0), -scored[w.name]))
+        candidates += [w for w in ranked if w not in candidates]
+    else:
+        candidates = order_candidates(key=key, workers=workers, inflight=load, preferred=holders)
     routed = scored.get(candidates[0].name, 0) if candidates else 0
     return RouteDecision(
         candidates=candidates,
