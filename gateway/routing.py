@@ -55,6 +55,7 @@ HOLDERS = 3  # workers remembered per chain hash
 PRESSURE = 0.85
 KEY_BLOCK = 1  # exact mode: the block whose hash places a new prefix (the first)
 PENDING_SECONDS = 3.0  # how long a routed-but-not-yet-evented prefix counts as held
+EXACT_EPSILON = 1.0  # exact mode's load bound for real holders: 2 x the mean in flight
 MATCH_THRESHOLD = 0.3  # exact mode: below this share of the prompt held, place by load
 
 ROUTES = Counter(
@@ -129,6 +130,7 @@ def order_candidates(
     workers: Sequence[WorkerView],
     inflight: dict[str, int],
     preferred: str | Sequence[str] | None = None,
+    epsilon: float = EPSILON,
 ) -> list[WorkerView]:
     """Failover order: preferred workers (in their order) if not overloaded, then rendezvous
     order; a worker over the load bound or the KV pressure threshold goes to the back."""
@@ -141,7 +143,7 @@ def order_candidates(
     total = sum(inflight.get(w.name, 0) for w in workers) + 1
     # The ceiling is the bound of Mirrokni et al.: with few requests in flight, a plain
     # (1 + ε) × average would already turn away a worker at the average.
-    bound = math.ceil((1 + EPSILON) * total / len(workers))
+    bound = math.ceil((1 + epsilon) * total / len(workers))
     cool = [w for w in ranked if w.kv_usage < PRESSURE]
     pool = cool or ranked
     within = [w for w in pool if inflight.get(w.name, 0) + 1 <= bound]
@@ -384,7 +386,11 @@ def _exact(
         candidates = sorted(cool, key=lambda w: (load.get(w.name, 0), -scored[w.name]))
         candidates += [w for w in ranked if w not in candidates]
     else:
-        candidates = order_candidates(key=key, workers=workers, inflight=load, preferred=holders)
+        # Known holders may run hotter than the approximate mode allows: the index says the
+        # blocks are really there, and a hit is cheap, while a spill pays a full prefill.
+        candidates = order_candidates(
+            key=key, workers=workers, inflight=load, preferred=holders, epsilon=EXACT_EPSILON
+        )
     routed = scored.get(candidates[0].name, 0) if candidates else 0
     return RouteDecision(
         candidates=candidates,
