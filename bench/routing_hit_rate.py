@@ -1,30 +1,37 @@
-"""Routing hit rate: prefix-aware routing against round-robin, session affinity and an oracle.
+"""Routing hit rate at fleet scale: event-exact vs approximate routing through real gateways.
 
-A seeded synthetic multi-tenant trace: each tenant has a system prompt and documents;
-tenants and documents are drawn by Zipf popularity; each session asks a few questions
-about one document, its history growing turn by turn (cache-aware order: system prompt,
-document, then the volatile history). Every request carries its tenant's ``cache_salt``.
-Sessions are replayed ``--concurrency`` at a time (a session's next turn is sent when the
-previous answer arrived), each request with ``max_tokens=1``, against fresh reference
-workers (``workers.engine.launcher.serve``, in-process, small KV pools so eviction matters)
-for each policy:
+The trace (seeded, built here, see :func:`build_trace`): tenants drawn by Zipf popularity,
+documents per tenant by Zipf; five request shapes:
 
-- ``round_robin``: the next worker in turn;
-- ``session``: rendezvous hashing of the session id (``workers.routing.rendezvous_order``);
-- ``prefix``: the gateway's own logic, the functions ``gateway.app`` calls on its vLLM path:
-  ``prompt_text`` → ``prefix_chain`` (salted) → ``PrefixIndex.longest`` →
-  ``order_candidates`` with live in-flight counts (and KV usage refreshed every
-  ``directory.REFRESH_SECONDS``), ``PrefixIndex.record`` after each answer;
-- ``oracle``: one worker per tenant whose pool never evicts (the hit rate an unlimited
-  per-tenant cache would give this trace: only first sights of a prefix miss).
+- support **sessions**: system prompt + one document, multi-turn (history grows);
+- **RAG**: system prompt + 2-3 retrieved chunks sorted by document id, then the question;
+- **agents**: system prompt + sorted tool definitions, a tool-call history that grows;
+- off-peak **batch jobs**: one document reviewed by many questions sent at once;
+- a **burst** phase with twice the sessions in flight.
 
-Reported per policy: token hit rate (sum of ``cached_tokens`` over sum of
-``prompt_tokens``, from the workers' usage), TTFT p50 (full latency at ``max_tokens=1``),
-and load balance (busiest worker's request count over the mean). Baseline: round-robin,
-in the same process. Targets reported against: prefix hit rate >= 0.9 x oracle, busiest
-<= 1.25 x mean, prefix miss rate <= half of round-robin's.
+Tenants 0 and 1 have byte-identical system prompts (their salts differ, so they must not
+share blocks: a router that ignores the salt predicts phantom hits); tenant 2 puts a
+timestamp at the start of its system prompt (nothing after it can hit). Every request has
+``max_tokens=1``. Block pools are small enough that eviction matters (``--pool-tokens``).
 
-    .venv/bin/python bench/routing_hit_rate.py [--sessions 160] [--seed 7]
+Policies (fresh reference workers for each, in this process; KV events on ZMQ):
+
+- ``round_robin`` and ``session`` (rendezvous on the session id): sent straight to workers;
+- ``approx``: through a real gateway process (``controlplane.asgi`` under uvicorn,
+  ``CACHEPLANE_ROUTING_INDEX=approximate``): the character-based prefix index;
+- ``exact``: through a real gateway process, the KV indexer (``workers.kv_indexer``,
+  a thread here) feeding Redis: event-exact routing;
+- ``exact_x4``: four gateway processes sharing Redis, requests spread over them in turn;
+- ``vr_cache_aware`` / ``vr_kv_aware``: vllm-router (PyPI ``vllm-router``; pass
+  ``--vllm-router PATH``), its ``kv_aware`` fed the same ZMQ streams and the workers'
+  ``/v1/chat/completions/render``;
+- ``oracle``: one worker per tenant with a pool that never evicts.
+
+Reported: token hit rate (sum of ``cached_tokens`` over ``prompt_tokens``), TTFT p50 (full
+latency at ``max_tokens=1``), busiest worker's requests over the mean; then the hot-path
+cost of one exact lookup (hashing + Redis round trip), measured in this process.
+
+    .venv/bin/python bench/routing_hit_rate.py [--quick] [--vllm-router /path/to/vllm-router]
 
 The last line is ``RESULT key=value ...``.
 """
@@ -36,7 +43,9 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 import warnings
@@ -44,24 +53,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Run as a script from anywhere: make the repository root importable.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-# torch warns at import when NumPy is absent; nothing here uses NumPy.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 import httpx  # noqa: E402
 import torch  # noqa: E402
 
-from gateway.directory import REFRESH_SECONDS, WorkerView  # noqa: E402
-from gateway.requests import prompt_text  # noqa: E402
-from gateway.routing import PrefixIndex, order_candidates, prefix_chain  # noqa: E402
 from workers.engine.config import CacheConfig, EngineConfig, ModelConfig  # noqa: E402
+from workers.engine.kv_events import KVEventsConfig  # noqa: E402
 from workers.engine.launcher import RunningWorker, serve  # noqa: E402
 from workers.routing import rendezvous_order  # noqa: E402
 
+REPO = Path(__file__).resolve().parent.parent
 MODEL = "bench/ref-tiny"
-# The tiny test shape (2 layers, 2 KV heads x 16, fp32: 512 bytes a token) with room for
-# long multi-turn prompts; the byte-level tokenizer makes one ASCII character one token.
 SHAPE = ModelConfig(
     num_layers=2,
     hidden_size=64,
@@ -74,54 +78,46 @@ SHAPE = ModelConfig(
 BLOCK_SIZE = 16
 BYTES_PER_TOKEN = 512
 MAX_MODEL_LEN = 4096
-ORACLE_POOL_TOKENS = 256 * 1024  # far above any tenant's working set: never evicts
-POLICIES = ("round_robin", "session", "prefix", "oracle")
-TARGET_ORACLE_SHARE = 0.9
+ORACLE_POOL_TOKENS = 128 * 1024
+PORTS = range(18700, 18800)  # this benchmark's port range on the shared machine
+TARGET_EXACT = 0.95
 TARGET_BALANCE = 1.25
-TARGET_MISS_SHARE = 0.5
+TARGET_REPLICAS = 0.02
 WORDS = (
     "account invoice refund policy shipment warranty contract clause liability payment "
     "customer order return damaged replacement delivery schedule support ticket escalate "
     "priority region compliance audit record retention notice termination renewal price "
     "discount credit balance statement dispute resolve agent manager review approve"
 ).split()
+TOOLS = ("search_orders", "refund", "lookup_customer", "create_ticket", "escalate", "shipping")
 
 
-# --- the trace ---
+# --- the trace ----------------------------------------------------------------------------
 
 
 @dataclass
-class Session:
-    id: str
+class Request:
     tenant: int
-    document: int
-    questions: list[str]
-    answers: list[str]
+    session: str
+    messages: list[dict[str, str]]
+
+
+@dataclass
+class Episode:
+    """Steps run in order; the requests of one step are sent at once (a batch job's fan-out)."""
+
+    kind: str
+    steps: list[list[Request]]
 
 
 @dataclass
 class Trace:
-    salts: list[str]
-    system_prompts: list[str]
-    documents: list[list[str]]
-    sessions: list[Session]
-
-    def messages(self, session: Session, turn: int) -> list[dict[str, str]]:
-        """Turn ``turn`` of ``session``: fixed prefix, then the history, then the question."""
-        system = (
-            f"{self.system_prompts[session.tenant]}\n\n"
-            f"{self.documents[session.tenant][session.document]}"
-        )
-        messages = [{"role": "system", "content": system}]
-        for past in range(turn):
-            messages.append({"role": "user", "content": session.questions[past]})
-            messages.append({"role": "assistant", "content": session.answers[past]})
-        messages.append({"role": "user", "content": session.questions[turn]})
-        return messages
+    tenants: int
+    phases: list[tuple[str, int, list[Episode]]]  # (name, sessions in flight, episodes)
 
     @property
     def requests(self) -> int:
-        return sum(len(s.questions) for s in self.sessions)
+        return sum(len(s) for _, _, eps in self.phases for e in eps for s in e.steps)
 
 
 def _text(rng: random.Random, chars: int, head: str) -> str:
@@ -131,110 +127,145 @@ def _text(rng: random.Random, chars: int, head: str) -> str:
     return " ".join(words)[:chars]
 
 
-def _zipf(n: int, s: float) -> list[float]:
-    return [1 / (k + 1) ** s for k in range(n)]
+def _zipf_pick(rng: random.Random, n: int, s: float) -> int:
+    return rng.choices(range(n), [1 / (k + 1) ** s for k in range(n)])[0]
 
 
 def build_trace(args: argparse.Namespace) -> Trace:
     rng = random.Random(args.seed)
-    tenants = range(args.tenants)
-    system_prompts = [
-        _text(rng, args.system_chars, f"You are the assistant of tenant {t}.") for t in tenants
+    n = args.tenants
+    systems = [
+        _text(rng, rng.randint(300, 600), f"You are the assistant of tenant {t}.") for t in range(n)
     ]
-    documents = [
-        [_text(rng, args.document_chars, f"[document {t}-{d}]") for d in range(args.documents)]
-        for t in tenants
+    systems[1] = systems[0]  # byte-identical system prompts, different salts
+    docs = [
+        [_text(rng, rng.randint(700, 1400), f"[doc {t}-{d}]") for d in range(args.documents)]
+        for t in range(n)
     ]
-    tenant_weights = _zipf(args.tenants, args.zipf)
-    document_weights = _zipf(args.documents, args.zipf)
-    sessions = []
-    for n in range(args.sessions):
-        tenant = rng.choices(tenants, tenant_weights)[0]
-        document = rng.choices(range(args.documents), document_weights)[0]
-        turns = rng.randint(1, args.max_turns)
-        questions = [_text(rng, rng.randint(60, 120), f"Q{n}.{k}:") for k in range(turns)]
-        answers = [_text(rng, rng.randint(120, 240), f"A{n}.{k}:") for k in range(turns)]
-        sessions.append(Session(f"s{n}", tenant, document, questions, answers))
-    salts = [f"bench-salt-tenant-{t}" for t in tenants]
-    return Trace(salts, system_prompts, documents, sessions)
+    tools = [
+        "\n".join(f"tool {name}: {_text(rng, 120, name)}" for name in sorted(TOOLS))
+        for _ in range(n)
+    ]
+    clock = [0]
+
+    def system_for(t: int) -> str:
+        if t == 2:  # the volatile tenant: a timestamp first, so nothing after it is reusable
+            clock[0] += 1
+            stamp = f"09:{clock[0] // 60 % 60:02d}:{clock[0] % 60:02d}"
+            return f"Current time: 2026-12-01T{stamp}Z\n{systems[t]}"
+        return systems[t]
+
+    counter = Counter()
+
+    def sid(kind: str) -> str:
+        counter[kind] += 1
+        return f"{kind}{counter[kind]}"
+
+    def session(t: int) -> Episode:
+        d = _zipf_pick(rng, args.documents, args.zipf)
+        s, history, steps = sid("s"), [], []
+        for k in range(rng.randint(1, args.max_turns)):
+            q = _text(rng, rng.randint(60, 120), f"Q{s}.{k}:")
+            msgs = [{"role": "system", "content": f"{system_for(t)}\n\n{docs[t][d]}"}, *history]
+            steps.append([Request(t, s, [*msgs, {"role": "user", "content": q}])])
+            history += [
+                {"role": "user", "content": q},
+                {"role": "assistant", "content": _text(rng, rng.randint(100, 200), f"A{s}.{k}:")},
+            ]
+        return Episode("session", steps)
+
+    def rag(t: int) -> Episode:
+        s = sid("r")
+        chunks = sorted(
+            {_zipf_pick(rng, args.documents, args.zipf) for _ in range(rng.randint(2, 3))}
+        )
+        context = "\n".join(docs[t][c][:500] for c in chunks)
+        q = _text(rng, 90, f"RAG {s}:")
+        msgs = [{"role": "system", "content": f"{system_for(t)}\n\nContext:\n{context}"}]
+        return Episode("rag", [[Request(t, s, [*msgs, {"role": "user", "content": q}])]])
+
+    def agent(t: int) -> Episode:
+        s, steps = sid("a"), []
+        msgs = [
+            {"role": "system", "content": f"{system_for(t)}\n\nTools:\n{tools[t]}"},
+            {"role": "user", "content": _text(rng, 100, f"Task {s}:")},
+        ]
+        for k in range(rng.randint(2, args.max_turns)):
+            steps.append([Request(t, s, list(msgs))])
+            call = rng.choice(TOOLS)
+            msgs += [
+                {"role": "assistant", "content": f"call {call}({k})"},
+                {"role": "user", "content": _text(rng, rng.randint(150, 300), f"result {k}:")},
+            ]
+        return Episode("agent", steps)
+
+    def batch(t: int) -> Episode:
+        d = _zipf_pick(rng, args.documents, args.zipf)
+        s = sid("b")
+        fan = [
+            Request(
+                t,
+                f"{s}.{i}",
+                [
+                    {"role": "system", "content": f"{system_for(t)}\n\n{docs[t][d]}"},
+                    {"role": "user", "content": _text(rng, 80, f"Review {s}.{i}:")},
+                ],
+            )
+            for i in range(args.batch_size)
+        ]
+        return Episode("batch", [fan])
+
+    def interactive(count: int) -> list[Episode]:
+        out = []
+        for _ in range(count):
+            t = _zipf_pick(rng, n, args.zipf)
+            shape = rng.choices((session, rag, agent), (0.5, 0.25, 0.25))[0]
+            out.append(shape(t))
+        return out
+
+    e = args.episodes
+    phases = [
+        ("peak", args.concurrency, interactive(e // 2)),
+        ("burst", args.concurrency * 2, interactive(e // 4)),
+        (
+            "off-peak",
+            max(2, args.concurrency // 2),
+            [batch(_zipf_pick(rng, n, args.zipf)) for _ in range(max(2, e // 16))]
+            + interactive(e // 8),
+        ),
+    ]
+    return Trace(n, phases)
 
 
-# --- policies ---
+# --- senders (one per policy) -------------------------------------------------------------
 
 
-class Policy:
-    """Chooses a worker for a request; told when the answer came back."""
+class Sender:
+    """Where a request goes: straight to a worker, or to a router/gateway URL."""
 
-    name = ""
-
-    def choose(
-        self,
-        trace: Trace,
-        session: Session,
-        messages: list,
-        views: list[WorkerView],
-        inflight: dict[str, int],
-    ) -> tuple[WorkerView, object]:
+    def target(self, request: Request) -> tuple[str, dict[str, str], str | None]:
+        """``(url, headers, worker-name-or-None)``; None: the router chooses."""
         raise NotImplementedError
 
-    def answered(self, token: object, worker: WorkerView) -> None:
-        return None
+
+class Direct(Sender):
+    def __init__(self, workers: list[RunningWorker], choose) -> None:
+        self.urls = [w.base_url for w in workers]
+        self.choose = choose
+
+    def target(self, request):
+        i = self.choose(request)
+        return f"{self.urls[i]}/v1/chat/completions", {}, self.urls[i]
 
 
-class RoundRobin(Policy):
-    name = "round_robin"
+class ThroughRouter(Sender):
+    def __init__(self, urls: list[str], keys: dict[int, str] | None) -> None:
+        self.urls, self.keys, self.turn = urls, keys, 0
 
-    def __init__(self) -> None:
-        self.turn = 0
-
-    def choose(self, trace, session, messages, views, inflight):
+    def target(self, request):
         self.turn += 1
-        return views[self.turn % len(views)], None
-
-
-class SessionAffinity(Policy):
-    name = "session"
-
-    def choose(self, trace, session, messages, views, inflight):
-        return rendezvous_order(session.id, views)[0], None
-
-
-class PrefixAware(Policy):
-    """What ``gateway.app._vllm`` does for a request without a cache or a session header."""
-
-    name = "prefix"
-
-    def __init__(self) -> None:
-        self.index = PrefixIndex()
-        self.decisions: Counter = Counter()  # to a holder / spilled off holders / new prefix
-
-    def choose(self, trace, session, messages, views, inflight):
-        salt = trace.salts[session.tenant]
-        text = prompt_text({"messages": messages}, "chat")
-        chain = prefix_chain(text, salt=salt, block_size=views[0].block_size)
-        preferred, _depth = self.index.holders(chain)
-        key = chain[0] if chain else f"{session.tenant}:{text[:256]}"
-        worker = order_candidates(key=key, workers=views, inflight=inflight, preferred=preferred)[0]
-        self.decisions[
-            "holder" if worker.name in preferred else "spilled" if preferred else "new"
-        ] += 1
-        return worker, chain
-
-    def answered(self, token, worker):
-        if token:
-            self.index.record(token, worker.name)
-
-
-class Oracle(Policy):
-    """Worker ``t`` holds tenant ``t`` alone, in a pool that never evicts."""
-
-    name = "oracle"
-
-    def choose(self, trace, session, messages, views, inflight):
-        return views[session.tenant], None
-
-
-# --- replay ---
+        headers = {"Authorization": f"Bearer {self.keys[request.tenant]}"} if self.keys else {}
+        return f"{self.urls[self.turn % len(self.urls)]}/v1/chat/completions", headers, None
 
 
 @dataclass
@@ -254,90 +285,75 @@ class Outcome:
     @property
     def balance(self) -> float:
         counts = list(self.per_worker.values())
-        return max(counts) / statistics.mean(counts) if counts else 0.0
+        return max(counts) / statistics.mean(counts) if counts and any(counts) else 0.0
 
-    def ttft_ms(self, q: float) -> float:
-        ordered = sorted(self.latencies)
+    def ttft_ms(self, q: float = 50) -> float:
+        ordered = sorted(self.latencies) or [0.0]
         return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] * 1e3
 
 
-async def _refresh_usage(running: list[RunningWorker], views: list[WorkerView]) -> None:
-    """KV usage as the gateway's directory sees it: re-read every REFRESH_SECONDS."""
-    while True:
-        await asyncio.sleep(REFRESH_SECONDS)
-        for i, worker in enumerate(running):
-            usage = (await asyncio.to_thread(worker.engine.snapshot))["usage"]
-            old = views[i]
-            views[i] = WorkerView(
-                old.name, old.base_url, old.model, old.pool, old.block_size, float(usage)
-            )
-
-
 async def replay(
-    trace: Trace, policy: Policy, running: list[RunningWorker], concurrency: int
+    trace: Trace, sender: Sender, workers: list[RunningWorker], salts, policy: str
 ) -> Outcome:
-    views = [
-        WorkerView(
-            name=f"w{i}",
-            base_url=w.base_url,
-            model=MODEL,
-            pool="bench",
-            block_size=BLOCK_SIZE,
-            kv_usage=0.0,
-        )
-        for i, w in enumerate(running)
-    ]
-    inflight = {v.name: 0 for v in views}
-    outcome = Outcome(policy.name, per_worker=Counter({v.name: 0 for v in views}))
-    queue = iter(trace.sessions)
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    outcome = Outcome(policy)
+    limits = httpx.Limits(max_connections=128, max_keepalive_connections=128)
 
-    async def lane(client: httpx.AsyncClient) -> None:
-        for session in queue:
-            for turn in range(len(session.questions)):
-                messages = trace.messages(session, turn)
-                worker, token = policy.choose(trace, session, messages, views, inflight)
-                body = {
-                    "model": MODEL,
-                    "messages": messages,
-                    "max_tokens": 1,
-                    "temperature": 0,
-                    "cache_salt": trace.salts[session.tenant],
-                }
-                inflight[worker.name] += 1
-                started = time.perf_counter()
-                try:
-                    response = await client.post(
-                        f"{worker.base_url}/v1/chat/completions", json=body
-                    )
-                finally:
-                    inflight[worker.name] -= 1
-                elapsed = time.perf_counter() - started
-                if response.status_code != 200:
-                    outcome.errors += 1
-                    if outcome.errors == 1:
-                        print(f"  first error: {response.status_code} {response.text[:300]}")
-                    continue
-                usage = response.json()["usage"]
-                outcome.prompt_tokens += usage["prompt_tokens"]
-                outcome.cached_tokens += (usage.get("prompt_tokens_details") or {}).get(
-                    "cached_tokens", 0
-                )
-                outcome.latencies.append(elapsed)
-                outcome.per_worker[worker.name] += 1
-                policy.answered(token, worker)
+    async def one(client: httpx.AsyncClient, request: Request) -> None:
+        url, headers, worker = sender.target(request)
+        body = {"model": MODEL, "messages": request.messages, "max_tokens": 1, "temperature": 0}
+        if not headers:  # straight to a worker or vllm-router: the salt is ours to set
+            body["cache_salt"] = salts[request.tenant]
+        started = time.perf_counter()
+        try:
+            response = await client.post(url, json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            outcome.errors += 1
+            if outcome.errors == 1:
+                print(f"  first error: {exc!r}")
+            return
+        elapsed = time.perf_counter() - started
+        if response.status_code != 200:
+            outcome.errors += 1
+            if outcome.errors == 1:
+                print(f"  first error: {response.status_code} {response.text[:300]}")
+            return
+        usage = response.json()["usage"]
+        outcome.prompt_tokens += usage["prompt_tokens"]
+        outcome.cached_tokens += (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+        outcome.latencies.append(elapsed)
 
-    refresher = asyncio.create_task(_refresh_usage(running, views))
     started = time.perf_counter()
-    try:
-        async with httpx.AsyncClient(limits=limits, timeout=120) as client:
-            await asyncio.gather(*(lane(client) for _ in range(concurrency)))
-    finally:
-        refresher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await refresher
+    async with httpx.AsyncClient(limits=limits, timeout=180) as client:
+        for _name, lanes, episodes in trace.phases:
+            queue = iter(episodes)
+
+            async def lane(queue=queue) -> None:
+                for episode in queue:
+                    for step in episode.steps:
+                        await asyncio.gather(*(one(client, r) for r in step))
+
+            await asyncio.gather(*(lane() for _ in range(lanes)))
     outcome.elapsed = time.perf_counter() - started
+    # Fresh workers per policy: each one's own request counter is this run's share.
+    outcome.per_worker = Counter({f"w{i}": _served(w) for i, w in enumerate(workers)})
     return outcome
+
+
+def _served(worker: RunningWorker) -> int:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = worker.engine.metrics.render().decode()
+    return int(
+        sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "vllm:request_success_total"
+        )
+    )
+
+
+# --- the fleet ----------------------------------------------------------------------------
 
 
 def _config(pool_tokens: int) -> EngineConfig:
@@ -350,129 +366,354 @@ def _config(pool_tokens: int) -> EngineConfig:
         ),
         max_model_len=MAX_MODEL_LEN,
         enable_prompt_tokens_details=True,
+        kv_events=KVEventsConfig(
+            enable_kv_cache_events=True,
+            publisher="zmq",
+            endpoint="tcp://127.0.0.1:*",
+            replay_endpoint="tcp://127.0.0.1:*",
+        ),
     )
 
 
-def run_policy(trace: Trace, policy: Policy, args: argparse.Namespace) -> Outcome:
-    workers, pool = (
-        (args.tenants, ORACLE_POOL_TOKENS)
-        if policy.name == "oracle"
-        else (args.workers, args.pool_tokens)
+def _wait_http(url: str, process: subprocess.Popen, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise SystemExit(f"{process.args[:4]} exited with {process.returncode} at start")
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{url} did not answer within {timeout:.0f} s") from None
+            time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def _process(command: list[str], url: str, env: dict[str, str] | None = None):
+    process = subprocess.Popen(
+        command, cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL
     )
+    try:
+        _wait_http(url, process)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _gateway(port: int, index: str):
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "controlplane.asgi:application",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--lifespan",
+        "off",
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
+    env = {
+        "CACHEPLANE_ROUTING_INDEX": index,
+        "PYTHONWARNINGS": "ignore:No directory at:UserWarning",
+        "CACHEPLANE_LOG_LEVEL": "WARNING",
+    }
+    return _process(command, f"http://127.0.0.1:{port}/v1/models", env)
+
+
+def _create_tenants(count: int) -> dict[int, str]:
+    """One tenant per trace tenant, each with a developer service account and an API key."""
+    from tenants.actor import Actor
+    from tenants.services import keys
+    from tenants.services.iam import BindingSpec, policy_get, policy_set, service_account_create
+    from tenants.services.tenants import human_principal_create, tenant_create
+
+    admin = human_principal_create(actor=Actor.cli(), username="bench-admin", password=None)
+    actor = Actor.cli(principal=admin)
+    out = {}
+    for t in range(count):
+        tenant = tenant_create(
+            actor=Actor.cli(), slug=f"bench-t{t}", display_name=f"T{t}", admin=admin
+        )
+        sa = service_account_create(actor=actor, tenant=tenant, name="loadgen")
+        policy = policy_get(tenant=tenant)
+        specs = [
+            BindingSpec(role=b.role.name, principal_id=str(b.principal_id)) for b in policy.bindings
+        ]
+        specs.append(BindingSpec(role="tenant.developer", principal_id=str(sa.pk)))
+        policy_set(actor=actor, tenant=tenant, etag=policy.etag, bindings=specs)
+        out[t] = keys.api_key_create(
+            actor=actor, tenant=tenant, name="loadgen", principal=sa
+        ).plaintext
+    return out
+
+
+def _register(workers: list[RunningWorker]) -> None:
+    from tenants.actor import Actor
+    from workers.services import worker_register
+
+    for i, w in enumerate(workers):
+        worker_register(
+            actor=Actor.cli(),
+            name=f"w{i}",
+            base_url=w.base_url,
+            model=MODEL,
+            kv_events_endpoint=f"{w.kv_events_endpoint},{w.kv_events_replay_endpoint}",
+        )
+
+
+def _reset_redis() -> None:
+    from controlplane.ops import redis_client
+
+    client = redis_client()
+    for pattern in ("cp:kv:*", "cp:load:*"):
+        for key in client.scan_iter(pattern):
+            client.delete(key)
+
+
+async def _lookup_cost(trace: Trace, workers: list[tuple[str, str]], samples: int) -> list[float]:
+    """Seconds per ``route_request`` in exact mode (tokenize, hash, one Redis pipeline)."""
+    from gateway.directory import WorkerView
+    from gateway.routing import PrefixIndex, route_request
+
+    views = [WorkerView(name, url, MODEL, "default", BLOCK_SIZE, 0.0) for name, url in workers]
+    requests = [r for _, _, eps in trace.phases for e in eps for s in e.steps for r in s]
+    costs, modes = [], Counter()
+    approx = PrefixIndex()
+    for r in requests[:samples]:
+        body = {"model": MODEL, "messages": r.messages}
+        started = time.perf_counter()
+        decision = await route_request(
+            body=body,
+            kind="chat",
+            text="".join(m["content"] for m in r.messages),
+            workers=views,
+            salt=f"salt-{r.tenant}",
+            tenant_id=str(r.tenant),
+            session=None,
+            inflight={},
+            approx_index=approx,
+            replica="bench",
+        )
+        costs.append(time.perf_counter() - started)
+        modes[decision.mode] += 1
+    print(f"  lookup modes: {dict(modes)}")
+    return costs
+
+
+def run_policy(
+    name: str, trace: Trace, args, keys: dict[int, str], salts
+) -> tuple[Outcome, list[float]]:
+    import redis
+
+    from workers.kv_indexer import IndexerThread, Source
+
+    oracle = name == "oracle"
+    count, pool = (
+        (trace.tenants, ORACLE_POOL_TOKENS) if oracle else (args.workers, args.pool_tokens)
+    )
+    costs: list[float] = []
+    _reset_redis()
     with contextlib.ExitStack() as stack:
-        running = [stack.enter_context(serve(_config(pool))) for _ in range(workers)]
-        return asyncio.run(replay(trace, policy, running, args.concurrency))
+        workers = [stack.enter_context(serve(_config(pool))) for _ in range(count)]
+        if name == "round_robin":
+            turn = iter(range(10**9))
+            sender: Sender = Direct(workers, lambda r: next(turn) % count)
+        elif name == "session":
+            sender = Direct(
+                workers, lambda r: rendezvous_order(r.session, list(range(count)), name=str)[0]
+            )
+        elif oracle:
+            sender = Direct(workers, lambda r: r.tenant)
+        elif name.startswith("vr_"):
+            policy = name.removeprefix("vr_")
+            command = [
+                args.vllm_router,
+                "--port",
+                "18720",
+                "--policy",
+                policy,
+                "--worker-urls",
+                *[w.base_url for w in workers],
+                "--worker-startup-check-interval",
+                "1",
+                "--log-level",
+                "warning",
+            ]
+            if policy == "kv_aware":
+                command += ["--kv-event-model", MODEL, "--kv-event-block-size", str(BLOCK_SIZE)]
+                for w in workers:
+                    command += ["--kv-event-source", f"{w.base_url}={w.kv_events_endpoint}"]
+                    command += [
+                        "--kv-event-replay-source",
+                        f"{w.base_url}={w.kv_events_replay_endpoint}",
+                    ]
+            stack.enter_context(_process(command, "http://127.0.0.1:18720/health"))
+            sender = ThroughRouter(["http://127.0.0.1:18720"], None)
+        else:
+            _register(workers)
+            exact = name.startswith("exact")
+            if exact:
+                client = redis.Redis.from_url(os.environ["REDIS_URL"])
+                sources = [
+                    Source(f"w{i}", w.kv_events_endpoint, w.kv_events_replay_endpoint)
+                    for i, w in enumerate(workers)
+                ]
+                indexer = IndexerThread(redis=client, sources=sources).start()
+                stack.callback(indexer.stop)
+            replicas = 4 if name.endswith("_x4") else 1
+            ports = [18701 + k for k in range(replicas)]
+            for port in ports:
+                stack.enter_context(_gateway(port, "kv_events" if exact else "approximate"))
+            time.sleep(2.5)  # the gateways' directory refresh picks up the new workers
+            sender = ThroughRouter([f"http://127.0.0.1:{p}" for p in ports], keys)
+        outcome = asyncio.run(replay(trace, sender, workers, salts, name))
+        views = [(f"w{i}", w.base_url) for i, w in enumerate(workers)]
+    if name == "exact":
+        # Measured with the in-process workers stopped (their threads would compete for
+        # this process's GIL), while the index in Redis is still fresh.
+        costs = asyncio.run(_lookup_cost(trace, views, args.lookup_samples))
+    return outcome, costs
+
+
+# --- main ---------------------------------------------------------------------------------
+
+POLICIES = (
+    "round_robin",
+    "session",
+    "approx",
+    "exact",
+    "exact_x4",
+    "vr_cache_aware",
+    "vr_kv_aware",
+    "oracle",
+)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--tenants", type=int, default=6)
-    parser.add_argument("--documents", type=int, default=6, help="per tenant")
-    parser.add_argument("--sessions", type=int, default=160)
-    parser.add_argument("--max-turns", type=int, default=6)
-    parser.add_argument("--zipf", type=float, default=1.0, help="exponent over tenants, docs")
-    parser.add_argument("--system-chars", type=int, default=400)
-    parser.add_argument("--document-chars", type=int, default=1200)
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument(
+        "--quick", action="store_true", help="a small trace (about a minute a policy)"
+    )
+    parser.add_argument("--tenants", type=int, default=8)
+    parser.add_argument("--documents", type=int, default=5, help="per tenant")
+    parser.add_argument("--episodes", type=int, default=96)
+    parser.add_argument("--max-turns", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=6)
+    parser.add_argument("--zipf", type=float, default=1.1)
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--pool-tokens", type=int, default=12_288, help="KV pool per worker")
-    parser.add_argument("--concurrency", type=int, default=8, help="sessions in flight")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--pool-tokens", type=int, default=24_576, help="KV pool per worker")
+    parser.add_argument("--concurrency", type=int, default=6, help="episodes in flight at peak")
+    parser.add_argument("--lookup-samples", type=int, default=200)
     parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument(
+        "--vllm-router",
+        default=shutil.which("vllm-router") or "",
+        help="the vllm-router binary (pip install vllm-router); its policies are skipped without",
+    )
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    if args.quick:
+        args.episodes, args.tenants, args.lookup_samples = 40, 6, 100
+    torch.set_num_threads(1)
     trace = build_trace(args)
-    static = args.tenants * (args.system_chars + args.documents * args.document_chars)
+    salts = [f"bench-salt-{t}" for t in range(args.tenants)]
+    policies = [p for p in args.policies.split(",") if p]
+    if not args.vllm_router:
+        print("vllm-router not found (--vllm-router PATH): its baselines are skipped")
+        policies = [p for p in policies if not p.startswith("vr_")]
+    kinds = Counter(e.kind for _, _, eps in trace.phases for e in eps)
     print(
-        f"trace: seed {args.seed}, {args.tenants} tenants x {args.documents} documents "
-        f"(Zipf s={args.zipf}), {args.sessions} sessions of 1-{args.max_turns} turns = "
-        f"{trace.requests} requests, {args.concurrency} sessions in flight, max_tokens=1; "
-        f"static prefixes {static:,} tokens in all"
+        f"trace: seed {args.seed}, {args.tenants} tenants (Zipf s={args.zipf}; tenants 0 and 1 "
+        f"share a system prompt, tenant 2 is volatile) x {args.documents} documents, "
+        f"{trace.requests} requests in {dict(kinds)}; phases "
+        + ", ".join(f"{n} ({lanes} in flight, {len(e)} episodes)" for n, lanes, e in trace.phases)
     )
     print(
-        f"workers: {args.workers} reference workers (in-process), {args.pool_tokens:,}-token "
-        f"KV pool each ({args.pool_tokens * args.workers:,} in all), block {BLOCK_SIZE}; model "
-        f"{SHAPE.num_layers} layers, hidden {SHAPE.hidden_size}, fp32; oracle: {args.tenants} "
-        f"workers of {ORACLE_POOL_TOKENS:,} tokens; {os.cpu_count()} cores, torch "
-        f"{args.threads} thread(s); load average {os.getloadavg()[0]:.2f}"
+        f"fleet: {args.workers} reference workers, {args.pool_tokens:,}-token KV pool each, "
+        f"block {BLOCK_SIZE}; oracle: {args.tenants} workers of {ORACLE_POOL_TOKENS:,} tokens; "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}"
     )
-    makers = {
-        "round_robin": RoundRobin,
-        "session": SessionAffinity,
-        "prefix": PrefixAware,
-        "oracle": Oracle,
-    }
+    from bench.support import scratch_django
+
     outcomes: dict[str, Outcome] = {}
-    print(
-        f"{'policy':12} {'hit rate':>8} {'miss':>6} {'TTFT p50':>9} {'p90':>8} "
-        f"{'busiest/mean':>12} {'per worker':>24} {'errors':>6} {'wall':>6}"
-    )
-    notes = []
-    for name in args.policies.split(","):
-        policy = makers[name]()
-        outcome = run_policy(trace, policy, args)
-        if isinstance(policy, PrefixAware):
-            d = policy.decisions
-            notes.append(
-                f"prefix-aware decisions: {d['holder']} to a holder of the longest "
-                f"remembered prefix, {d['spilled']} spilled off busy holders, "
-                f"{d['new']} new prefixes"
-            )
-        outcomes[name] = outcome
-        spread = "/".join(str(outcome.per_worker[k]) for k in sorted(outcome.per_worker))
+    costs: list[float] = []
+    with scratch_django("routing"):
+        keys = _create_tenants(args.tenants)
         print(
-            f"{name:12} {outcome.hit_rate:8.3f} {1 - outcome.hit_rate:6.3f} "
-            f"{outcome.ttft_ms(50):7.1f}ms {outcome.ttft_ms(90):6.1f}ms "
-            f"{outcome.balance:12.2f} {spread:>24} {outcome.errors:6} "
-            f"{outcome.elapsed:5.1f}s"
+            f"{'policy':16} {'hit rate':>8} {'TTFT p50':>9} {'busiest/mean':>12} "
+            f"{'per worker':>20} {'errors':>6} {'wall':>6}"
         )
-    for note in notes:
-        print(note)
-    return _report(outcomes, trace)
+        for name in policies:
+            outcome, cost = run_policy(name, trace, args, keys, salts)
+            costs = costs or cost
+            outcomes[name] = outcome
+            spread = "/".join(str(outcome.per_worker[k]) for k in sorted(outcome.per_worker))
+            print(
+                f"{name:16} {outcome.hit_rate:8.3f} {outcome.ttft_ms():7.1f}ms "
+                f"{outcome.balance:12.2f} {spread[:20]:>20} {outcome.errors:6} "
+                f"{outcome.elapsed:5.1f}s",
+                flush=True,
+            )
+    return _report(outcomes, costs, trace)
 
 
-def _report(outcomes: dict[str, Outcome], trace: Trace) -> int:
-    rr, prefix = outcomes.get("round_robin"), outcomes.get("prefix")
-    oracle = outcomes.get("oracle")
-    if not (rr and prefix and oracle):
-        return 0
-    vs_oracle = prefix.hit_rate / oracle.hit_rate
-    miss_vs_rr = (1 - prefix.hit_rate) / (1 - rr.hit_rate)
-    speedup = rr.ttft_ms(50) / prefix.ttft_ms(50)
-    met = {
-        "oracle": vs_oracle >= TARGET_ORACLE_SHARE,
-        "balance": prefix.balance <= TARGET_BALANCE,
-        "miss": miss_vs_rr <= TARGET_MISS_SHARE,
-    }
-
-    def verdict(ok: bool) -> str:
-        return "met" if ok else "MISSED"
-
-    print(
-        f"prefix-aware hit rate = {vs_oracle:.2f} x oracle (target >= {TARGET_ORACLE_SHARE}: "
-        f"{verdict(met['oracle'])}); busiest = {prefix.balance:.2f} x mean (target <= "
-        f"{TARGET_BALANCE}: {verdict(met['balance'])}); miss rate = {miss_vs_rr:.2f} x "
-        f"round-robin's (target <= {TARGET_MISS_SHARE}: {verdict(met['miss'])})"
-    )
-    print(
-        f"TTFT p50: prefix-aware {prefix.ttft_ms(50):.1f} ms vs round-robin "
-        f"{rr.ttft_ms(50):.1f} ms ({speedup:.2f}x)"
-    )
+def _report(outcomes: dict[str, Outcome], costs: list[float], trace: Trace) -> int:
     fields = [f"requests={trace.requests}"]
-    for name, outcome in outcomes.items():
+    for name, o in outcomes.items():
         fields += [
-            f"{name}_hit={outcome.hit_rate:.3f}",
-            f"{name}_ttft_p50_ms={outcome.ttft_ms(50):.1f}",
-            f"{name}_busiest_over_mean={outcome.balance:.2f}",
+            f"{name}_hit={o.hit_rate:.3f}",
+            f"{name}_ttft_p50_ms={o.ttft_ms():.1f}",
+            f"{name}_balance={o.balance:.2f}",
         ]
-    fields += [
-        f"prefix_vs_oracle={vs_oracle:.2f}",
-        f"prefix_miss_vs_rr={miss_vs_rr:.2f}",
-        f"ttft_speedup_vs_rr={speedup:.2f}",
-        f"errors={sum(o.errors for o in outcomes.values())}",
-        *(f"target_{k}_met={v}" for k, v in met.items()),
-    ]
-    print("RESULT " + " ".join(fields))
+    oracle = outcomes.get("oracle")
+
+    def vs(name: str) -> float | None:
+        o = outcomes.get(name)
+        return o.hit_rate / oracle.hit_rate if o and oracle and oracle.hit_rate else None
+
+    ratios = {
+        "exact_vs_oracle": vs("exact"),
+        "approx_vs_oracle": vs("approx"),
+        "kv_aware_vs_oracle": vs("vr_kv_aware"),
+        "cache_aware_vs_oracle": vs("vr_cache_aware"),
+    }
+    for k, v in ratios.items():
+        if v is not None:
+            fields.append(f"{k}={v:.3f}")
+    exact, x4 = outcomes.get("exact"), outcomes.get("exact_x4")
+    if exact:
+        fields.append(f"exact_balance={exact.balance:.2f}")
+    if exact and x4 and exact.hit_rate:
+        fields.append(f"replicas4_vs_1={x4.hit_rate / exact.hit_rate:.3f}")
+    if costs:
+        ordered = sorted(costs)
+        p50 = ordered[len(ordered) // 2] * 1e3
+        p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1e3
+        print(
+            "exact lookup on the hot path (tokenize + hash + one Redis pipeline): "
+            f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+        )
+        fields += [f"lookup_p50_ms={p50:.2f}", f"lookup_p99_ms={p99:.2f}"]
+    met = []
+    if ratios["exact_vs_oracle"] is not None and exact:
+        ok = ratios["exact_vs_oracle"] >= TARGET_EXACT and exact.balance <= TARGET_BALANCE
+        met.append(f"target_exact_met={ok}")
+    if exact and x4 and exact.hit_rate:
+        met.append(
+            f"target_replicas_met={abs(1 - x4.hit_rate / exact.hit_rate) <= TARGET_REPLICAS}"
+        )
+    fields.append(f"errors={sum(o.errors for o in outcomes.values())}")
+    print("RESULT " + " ".join(fields + met))
     return 0
 
 

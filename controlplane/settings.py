@@ -472,3 +472,8 @@ CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS = env_float(
 CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE = env_bool(
     "CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE", not PRODUCTION
 )
+# Gateway routing: "kv_events" routes on the KV indexer's Redis index when it is fresh
+# (falling back per request to the character-based guess); "approximate" never reads it.
+CACHEPLANE_ROUTING_INDEX = env_choice(
+    "CACHEPLANE_ROUTING_INDEX", "kv_events", ("kv_events", "approximate")
+)

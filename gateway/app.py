@@ -29,7 +29,7 @@ from gateway.errors import GatewayError
 from gateway.identity import Identity, identify
 from gateway.metering import Meter
 from gateway.requests import max_tokens, prompt_text, read_body, validate_body
-from gateway.routing import PrefixIndex, order_candidates, pool_under_pressure, prefix_chain
+from gateway.routing import PrefixIndex, order_candidates, pool_under_pressure, route_request
 
 logger = logging.getLogger(__name__)
 prefix_index = PrefixIndex()
@@ -169,27 +169,30 @@ async def _vllm(
     text = prompt_text(body, kind)
     chain: list[str] = []
     if cache is not None:
-        key, preferred = cache.routing_key, None
-    else:
-        session = request.headers.get("x-session-id")
-        chain = prefix_chain(text, salt=identity.cache_salt, block_size=workers[0].block_size)
-        preferred, depth = prefix_index.holders(chain)
-        meter.available_tokens = depth * workers[0].block_size
-        key = (
-            f"s:{identity.tenant_id}:{session}"
-            if session
-            else (chain[0] if chain else f"{identity.tenant_id}:{text[:256]}")
-        )
-        meter.predicted_hit = depth > 0
-    candidates = order_candidates(
-        key=key, workers=workers, inflight=directory.inflight, preferred=preferred
-    )[:MAX_FAILOVER]
-    if cache is not None:
+        candidates = order_candidates(
+            key=cache.routing_key, workers=workers, inflight=directory.inflight
+        )[:MAX_FAILOVER]
         meter.predicted_hit = candidates[0].name in cache.placement
         meter.available_tokens = len(cache.prefix_message["content"]) // 4
         meter.routed_tokens = meter.available_tokens if meter.predicted_hit else 0
-    elif preferred and candidates and candidates[0].name in preferred:
-        meter.routed_tokens = meter.available_tokens
+    else:
+        decision = await route_request(
+            body=body,
+            kind=kind,
+            text=text,
+            workers=workers,
+            salt=identity.cache_salt,
+            tenant_id=identity.tenant_id,
+            session=request.headers.get("x-session-id"),
+            inflight=directory.inflight,
+            approx_index=prefix_index,
+            replica=directory.replica,
+        )
+        candidates = decision.candidates[:MAX_FAILOVER]
+        chain = decision.chain
+        meter.available_tokens = decision.available_tokens
+        meter.predicted_hit = decision.available_tokens > 0
+        meter.routed_tokens = decision.routed_tokens
     reservation = await budget.reserve(
         meter,
         prompt_tokens=max(1, len(text) // 4),

@@ -3,14 +3,17 @@
 A snapshot of the worker registry (and of each worker's last scraped KV usage) is
 reloaded at most every ``REFRESH_SECONDS``, by one request at a time; cache objects named
 by requests are cached per (tenant, name-or-id) for the same bound. In-flight counts per
-worker are kept here for bounded-load routing.
+worker are kept here for bounded-load routing: exact for this replica, and published to
+Redis (``workers.load_state``) so every replica bounds the load of the whole fleet.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
@@ -26,6 +29,7 @@ class WorkerView:
     pool: str
     block_size: int
     kv_usage: float
+    engine: str = "reference"  # which tokenizer hashes its prompts (workers.request_hashing)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,13 @@ class Directory:
     _caches: dict[tuple[str, str], tuple[float, CacheView | None]] = field(default_factory=dict)
     _scopes: dict[str, tuple[float, object]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # This process's name in the fleet's load state (pod name in Kubernetes).
+    replica: str = field(
+        default_factory=lambda: (
+            f"{os.environ.get('HOSTNAME', 'gw')}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        )
+    )
+    _pushes: set = field(default_factory=set)
 
     async def current_workers(self) -> list[WorkerView]:
         if time.monotonic() - self.loaded_at < REFRESH_SECONDS:
@@ -76,10 +87,28 @@ class Directory:
     def acquire(self, worker: str) -> None:
         with self._lock:
             self.inflight[worker] = self.inflight.get(worker, 0) + 1
+        self._publish(worker, +1)
 
     def release(self, worker: str) -> None:
         with self._lock:
             self.inflight[worker] = max(0, self.inflight.get(worker, 0) - 1)
+        self._publish(worker, -1)
+
+    def _publish(self, worker: str, delta: int) -> None:
+        """Mirror a local change into the fleet's load state, off the request path.
+
+        Fire and forget: an unreachable Redis only means the other replicas see this
+        one's load late (routing then reads local counts; see ``gateway.routing``).
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        from gateway.routing import publish_load
+
+        task = loop.create_task(publish_load(replica=self.replica, worker=worker, delta=delta))
+        self._pushes.add(task)
+        task.add_done_callback(self._pushes.discard)
 
     async def cache(self, tenant_id: str, reference: str) -> CacheView | None:
         key = (tenant_id, reference)
@@ -120,6 +149,7 @@ def _load_workers() -> list[WorkerView]:
             pool=w.pool,
             block_size=w.block_size or 16,
             kv_usage=float((w.metrics or {}).get("vllm:kv_cache_usage_perc", 0.0)),
+            engine=w.engine,
         )
         for w in Worker.objects.filter(state=WorkerState.HEALTHY).order_by("name")
     ]

@@ -136,6 +136,10 @@ def worker_probe(*, worker: Worker, client: httpx.Client | None = None) -> Worke
     worker.save(
         update_fields=["block_size", "num_blocks", "state", "metrics", "last_seen_at", "updated_at"]
     )
+    if not healthy:
+        from workers.kv_index import worker_forget
+
+        worker_forget(worker.name)  # routing hook: an unhealthy worker leaves the KV index
     return worker
 
 

@@ -41,6 +41,9 @@ def _head(major: int, value: int) -> bytes:
 # Token ids dominate hash inputs; precomputing their encodings halves the cost of hashing a
 # 4k-token prompt, which is visible in the TTFT of a short uncached suffix.
 _SMALL_UINTS = tuple(_head(0, i) for i in range(4096))
+# Public names for the control plane's fast path (workers.request_hashing).
+SMALL_UINT_CBOR = _SMALL_UINTS
+cbor_head = _head
 
 
 def cbor_encode(obj: Any) -> bytes:

@@ -9,6 +9,7 @@ key guards ``/v1`` paths only, dev endpoints do not exist (404) unless dev mode 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Any
@@ -143,6 +144,45 @@ class _Server:
             raise APIError(str(exc), param="tokens") from None
         return JSONResponse({"prompt": tokenizer.decode(ids, skip_special_tokens=False)})
 
+    # -- render (vLLM's GPU-less preprocessing) ----------------------------------------------
+
+    async def render_chat(self, request: Request) -> Response:
+        return await self.render(request, chat=True)
+
+    async def render_completions(self, request: Request) -> Response:
+        return await self.render(request, chat=False)
+
+    async def render(self, request: Request, *, chat: bool) -> Response:
+        """``POST /v1/{chat/,}completions/render``: the request as the engine would take it.
+
+        vLLM answers with a ``GenerateRequest`` body (token ids, sampling params, salt)
+        that ``/inference/v1/generate`` accepts; routers (vllm-router ``kv_aware``,
+        llm-d's token producer) use ``token_ids`` to hash blocks exactly as the engine
+        does. Chat renders one prompt, completions one per prompt (a list). Validation
+        is the generation path's, so a body that renders also generates.
+        """
+        body = await self.json_body(request)
+        gen = parse_generation(
+            body, served=self.config.served_names, max_model_len=self.max_model_len, chat=chat
+        )
+        base_id = request.headers.get("x-request-id") or gen.request_id or new_request_id()
+        sampling = dataclasses.asdict(gen.sampling)
+        rendered = [
+            {
+                "request_id": base_id if chat else f"{base_id}-{i}",
+                "token_ids": ids,
+                "features": None,
+                "sampling_params": sampling,
+                "model": gen.model,
+                "stream": gen.stream,
+                "cache_salt": gen.cache_salt,
+                "priority": body.get("priority", 0),
+                "kv_transfer_params": body.get("kv_transfer_params"),
+            }
+            for i, ids in enumerate(gen.prompts)
+        ]
+        return JSONResponse(rendered[0] if chat else rendered)
+
     # -- generation -------------------------------------------------------------------------
 
     async def completions(self, request: Request) -> Response:
@@ -226,6 +266,8 @@ def create_app(engine: Engine, *, dev_mode: bool | None = None) -> Starlette:
         Route("/v1/models", s.models, methods=["GET"]),
         Route("/v1/completions", s.completions, methods=["POST"]),
         Route("/v1/chat/completions", s.chat_completions, methods=["POST"]),
+        Route("/v1/completions/render", s.render_completions, methods=["POST"]),
+        Route("/v1/chat/completions/render", s.render_chat, methods=["POST"]),
         Route("/tokenize", s.tokenize, methods=["POST"]),
         Route("/detokenize", s.detokenize, methods=["POST"]),
     ]
