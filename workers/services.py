@@ -136,7 +136,7 @@ def worker_probe(*, worker: Worker, client: httpx.Client | None = None) -> Worke
     worker.save(
         update_fields=["block_size", "num_blocks", "state", "metrics", "last_seen_at", "updated_at"]
     )
-    if not healthy:
+    if error:
         from workers.kv_index import worker_forget
 
         worker_forget(worker.name)  # routing hook: an unhealthy worker leaves the KV index
