@@ -163,8 +163,9 @@ def test_unreachable_workers_are_a_transient_error(workers, tenant_a, admin_a) -
 
 def _pin(cache: CacheObject) -> CacheObject:
     """What the scheduler does every pin interval: a refresh nobody asked for."""
-    from caches.services.scheduling import cache_enqueue_due_refreshes
     from django.utils import timezone
+
+    from caches.services.scheduling import cache_enqueue_due_refreshes
 
     CacheObject.objects.filter(pk=cache.pk).update(next_refresh_at=timezone.now())
     assert cache_enqueue_due_refreshes() == 1
