@@ -97,6 +97,7 @@ class Traffic:
         self.accepted_caches.append(cache_id)
 
         def active() -> bool:
+            time.sleep(0.5)  # a client's polling interval (keeps the web server free)
             got = self._rest("GET", f"{base}/{cache_id}")
             return got is not None and got.status_code == 200 and got.json()["state"] == "active"
 
@@ -208,6 +209,13 @@ def test_kill_9_and_restarts_under_load_lose_nothing_and_leave_nothing_stuck(
                 "SELECT count(*) FROM caches_cacheoperation WHERE status IN ('pending', 'running')"
             )[0][0]
             logged = {row[0] for row in stack.query(USAGE_IDS)}
+            history = stack.query(
+                "SELECT kind, status, attempts, error_code, "
+                "extract(epoch from created_at)::int %% 1000, "
+                "extract(epoch from finished_at)::int %% 1000 FROM caches_cacheoperation "
+                "ORDER BY created_at"
+            )
+            print("DEBUG", history, time.time() % 1000)
         finally:
             stack.stop()
         remote = [c.display_name for c in vertex.stored_caches()]
