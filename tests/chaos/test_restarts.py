@@ -19,6 +19,7 @@ session's servers.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import threading
@@ -160,6 +161,11 @@ def stack_root():
     root = Path(tempfile.mkdtemp(dir=base, prefix="chaos-"))
     root.chmod(0o755)
     yield root
+    if os.environ.get("CACHEPLANE_CHAOS_KEEP_LOGS"):
+        keep = Path(os.environ["CACHEPLANE_CHAOS_KEEP_LOGS"])
+        keep.mkdir(parents=True, exist_ok=True)
+        for log in root.glob("*.log"):
+            shutil.copy(log, keep / log.name)
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -174,7 +180,13 @@ def test_kill_9_and_restarts_under_load_lose_nothing_and_leave_nothing_stuck(
         stack = ChaosStack(root=stack_root, vertex_base_url=vertex_url)
         try:
             stack.start(worker_url=engine.base_url, model=MODEL)
-            stack.start_worker("first")
+            # Two workers, both booted before the clock starts (a cold start takes tens of
+            # seconds on a busy machine); the kill then hits one in the middle of a create.
+            for name in ("first", "second"):
+                stack.start_worker(name)
+            for name in ("first", "second"):
+                log = stack.root / f"{name}.log"
+                wait_for(lambda log=log: b" ready." in log.read_bytes(), 180, f"{name} ready")
             # Each create takes the emulator 1.5 s to answer: the kill lands mid-operation.
             vertex.set_reply_delay(1500)
             beat = Beat(stack)
@@ -190,7 +202,6 @@ def test_kill_9_and_restarts_under_load_lose_nothing_and_leave_nothing_stuck(
             )
             stack.kill_worker("first")
             vertex.set_reply_delay(0)
-            stack.start_worker("second")
             stack.restart_redis()
             wait_for(lambda: len(traffic.gateway_ok) >= 5, 60, "gateway traffic after Redis")
             stack.restart_postgres()
@@ -209,13 +220,6 @@ def test_kill_9_and_restarts_under_load_lose_nothing_and_leave_nothing_stuck(
                 "SELECT count(*) FROM caches_cacheoperation WHERE status IN ('pending', 'running')"
             )[0][0]
             logged = {row[0] for row in stack.query(USAGE_IDS)}
-            history = stack.query(
-                "SELECT kind, status, attempts, error_code, "
-                "extract(epoch from created_at)::int %% 1000, "
-                "extract(epoch from finished_at)::int %% 1000 FROM caches_cacheoperation "
-                "ORDER BY created_at"
-            )
-            print("DEBUG", history, time.time() % 1000)
         finally:
             stack.stop()
         remote = [c.display_name for c in vertex.stored_caches()]
