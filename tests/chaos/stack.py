@@ -52,6 +52,9 @@ class ChaosStack:
                 "CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY": "0.01",
                 # A dead worker's operation is requeued after 3 s (the lease) at most.
                 "CACHEPLANE_OPERATION_LEASE_SECONDS": "3",
+                # A usage batch whose flush died (PostgreSQL went away mid-flush) is claimed
+                # again after this lease; in production it is twice the task time limit.
+                "CACHEPLANE_BILLING_FLUSH_LEASE_SECONDS": "5",
                 "CACHEPLANE_LOG_FORMAT": "console",
                 "DJANGO_SETTINGS_MODULE": "controlplane.settings",
             }
