@@ -34,6 +34,12 @@ VERTEX_MODELS: dict[str, ModelFacts] = {
 }
 
 
+#: The shortest TTL each provider accepts, in seconds. Vertex: "minimum 1 minute" (spec
+#: §1.3, context-cache-create); a shorter ttl is refused remotely after we accepted it.
+#: vLLM has no TTL of its own (we pin blocks ourselves), so any positive TTL works.
+PROVIDER_MIN_TTL_SECONDS: dict[str, int] = {"vertex": 60, "vllm": 1}
+
+
 def vertex_token_estimate(content: CacheContent) -> int:
     """Conservative estimate (UTF-8 bytes / 4) used only for the minimum pre-check."""
     return math.ceil(content.inline_bytes() / 4)

@@ -9,6 +9,12 @@ class InvalidTtl(ValidationFailed):
     code = "invalid_ttl"
 
 
+class TtlBelowProviderMinimum(InvalidTtl):
+    """The provider would refuse this TTL (Vertex: under 60 s)."""
+
+    code = "ttl_below_provider_minimum"
+
+
 class UnknownModel(ValidationFailed):
     code = "unknown_model"
 

@@ -27,7 +27,19 @@ def chain_for(tenant: Tenant | None) -> str:
     return PLATFORM_CHAIN if tenant is None else f"tenant:{tenant.pk}"
 
 
-def _lock_head(chain: str) -> AuditChainHead:
+def _lock_head(chain: str, tenant: Tenant | None) -> AuditChainHead:
+    # Lock order (caches.services.locks): the tenant row before the chain head, always.
+    # The event insert below needs FOR KEY SHARE on the tenant (its foreign key check);
+    # taken after the head, it would wait for a transaction holding the tenant FOR UPDATE
+    # (IAM, suspension) that itself waits for this head: a deadlock. Taking it first
+    # means whoever holds the head never waits for anything but its own commit.
+    if tenant is not None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT 1 FROM {Tenant._meta.db_table} WHERE {Tenant._meta.pk.column} = %s "
+                "FOR KEY SHARE",
+                [tenant.pk],
+            )
     # INSERT ... ON CONFLICT DO NOTHING makes creating a chain's head race-free; the
     # SELECT ... FOR UPDATE then holds the chain until the transaction ends.
     with connection.cursor() as cursor:
@@ -63,7 +75,7 @@ def audit_record(
         )
     chain = chain_for(tenant)
     with transaction.atomic():
-        head = _lock_head(chain)
+        head = _lock_head(chain, tenant)
         record: dict[str, Any] = {
             "chain": chain,
             "seq": head.seq + 1,

@@ -16,10 +16,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from audit.services import audit_record
+from audit.snapshot import diff, values_snapshot
 from caches.models import (
     CacheObject,
     CacheOperation,
     CacheState,
+    CacheTransition,
     OperationKind,
     OperationStatus,
     Provider,
@@ -32,6 +35,7 @@ from caches.providers.base import (
 )
 from caches.providers.registry import provider_for
 from caches.services.lifecycle import next_cron_time
+from caches.services.locks import operation_lock
 from caches.services.transitions import cache_transition
 from tenants.actor import Actor
 
@@ -42,23 +46,24 @@ SYSTEM = Actor.system("cache-operations")
 
 
 def _claim(operation_id: str) -> CacheOperation | None:
-    """Mark the operation running under a lease; None when there is nothing to do."""
+    """Mark the operation running under a lease; None when there is nothing to do.
+
+    Lock order (``caches.services.locks``): the cache row, then the operation row; the
+    tenant is read, never locked.
+    """
     now = timezone.now()
     with transaction.atomic():
-        op = (
-            CacheOperation.objects.select_for_update(skip_locked=True)
-            .select_related("cache", "cache__tenant")
-            .filter(pk=operation_id)
-            .first()
-        )
-        if op is None or op.status not in OPEN:
+        locked = operation_lock(operation_id=operation_id, skip_locked=True)
+        if locked is None:
+            return None
+        cache, op = locked
+        if op.status not in OPEN:
             return None
         if op.status == OperationStatus.RUNNING and op.lease_until and op.lease_until > now:
             return None  # another worker holds it
         if op.attempts >= settings.CACHEPLANE_OPERATION_MAX_ATTEMPTS:
             _fail(op, "attempts_exhausted", f"gave up after {op.attempts} attempts: {op.error}")
             return None
-        cache = CacheObject.objects.select_for_update().get(pk=op.cache_id)
         if op.kind == OperationKind.CREATE:
             if cache.state == CacheState.PENDING:
                 cache_transition(
@@ -73,14 +78,14 @@ def _claim(operation_id: str) -> CacheOperation | None:
                 )
                 return None
         elif op.kind == OperationKind.REFRESH:
-            if cache.state == CacheState.ACTIVE:
+            if cache.state == CacheState.ACTIVE and not is_pin(op, cache):
                 cache_transition(
                     cache=cache,
                     to_state=CacheState.REFRESHING,
                     actor=SYSTEM,
                     reason=op.params.get("reason", "refresh"),
                 )
-            elif cache.state != CacheState.REFRESHING:
+            elif cache.state not in (CacheState.REFRESHING, CacheState.ACTIVE):
                 operation_finish(
                     op, OperationStatus.FAILED, "invalid_state", f"cache is {cache.state}"
                 )
@@ -90,8 +95,21 @@ def _claim(operation_id: str) -> CacheOperation | None:
         op.started_at = op.started_at or now
         op.lease_until = now + timedelta(seconds=settings.CACHEPLANE_OPERATION_LEASE_SECONDS)
         op.save(update_fields=["status", "attempts", "started_at", "lease_until"])
-        op.cache = cache
         return op
+
+
+def is_pin(op: CacheOperation, cache: CacheObject) -> bool:
+    """A vLLM refresh nobody asked for: the scheduler keeping the prefix blocks resident.
+
+    Pins run every few minutes per cache and usually change nothing, so they do not pass
+    through ``refreshing`` and write a timeline entry and an audit event only when the
+    placement or the token count changed (see ``operation_apply_success``).
+    """
+    return (
+        op.kind == OperationKind.REFRESH
+        and cache.provider == Provider.VLLM
+        and op.requested_by_id is None
+    )
 
 
 def operation_finish(op: CacheOperation, status: str, code: str = "", error: str = "") -> None:
@@ -105,8 +123,9 @@ def operation_finish(op: CacheOperation, status: str, code: str = "", error: str
 
 
 def _fail(op: CacheOperation, code: str, message: str) -> None:
+    """Fail ``op`` (locked by the caller, with its cache) and settle the cache's state."""
     operation_finish(op, OperationStatus.FAILED, code, message)
-    cache = CacheObject.objects.select_for_update().select_related("tenant").get(pk=op.cache_id)
+    cache = op.cache
     cache.last_error, cache.last_error_code = message[:2000], code
     if op.kind == OperationKind.CREATE and cache.state in (CacheState.PENDING, CacheState.CREATING):
         cache_transition(
@@ -116,7 +135,10 @@ def _fail(op: CacheOperation, code: str, message: str) -> None:
             reason=message,
             extra_fields=("last_error", "last_error_code"),
         )
-    elif op.kind == OperationKind.REFRESH and cache.state == CacheState.REFRESHING:
+    elif op.kind == OperationKind.REFRESH and (
+        cache.state == CacheState.REFRESHING
+        or (cache.state == CacheState.ACTIVE and code == "remote_gone")
+    ):
         to_state = CacheState.EXPIRED if code == "remote_gone" else CacheState.ACTIVE
         cache_transition(
             cache=cache,
@@ -150,27 +172,39 @@ def operation_execute(*, operation_id: str) -> str | None:
             remote = RemoteState()
     except TransientProviderError as exc:
         with transaction.atomic():
-            locked = CacheOperation.objects.select_for_update().get(pk=op.pk)
-            locked.status, locked.lease_until = OperationStatus.PENDING, None
-            locked.error, locked.error_code = str(exc)[:2000], exc.code
-            locked.save(update_fields=["status", "lease_until", "error", "error_code"])
+            pair = operation_lock(operation_id=op.pk)
+            if pair is not None and pair[1].status == OperationStatus.RUNNING:
+                locked = pair[1]
+                locked.status, locked.lease_until = OperationStatus.PENDING, None
+                locked.error, locked.error_code = str(exc)[:2000], exc.code
+                locked.save(update_fields=["status", "lease_until", "error", "error_code"])
         raise
     except ProviderError as exc:  # permanent (transient ones were handled above)
         with transaction.atomic():
-            _fail(CacheOperation.objects.select_for_update().get(pk=op.pk), exc.code, str(exc))
+            pair = operation_lock(operation_id=op.pk)
+            if pair is None or pair[1].status != OperationStatus.RUNNING:
+                return pair[1].status if pair else None  # reconciliation settled it
+            _fail(pair[1], exc.code, str(exc))
         return OperationStatus.FAILED
     with transaction.atomic():
-        locked = CacheOperation.objects.select_for_update().get(pk=op.pk)
-        if locked.status != OperationStatus.RUNNING:
-            return locked.status  # reconciliation settled it meanwhile
-        operation_apply_success(locked, remote)
+        pair = operation_lock(operation_id=op.pk)
+        if pair is None:
+            return None
+        if pair[1].status != OperationStatus.RUNNING:
+            return pair[1].status  # reconciliation settled it meanwhile
+        operation_apply_success(pair[1], remote)
     return OperationStatus.SUCCEEDED
 
 
 def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
-    """Record what the provider reported and move the cache to its next state."""
-    cache = CacheObject.objects.select_for_update().select_related("tenant").get(pk=op.cache_id)
+    """Record what the provider reported and move the cache to its next state.
+
+    ``op`` and its cache are locked by the caller (``operation_lock``). A pin that
+    changed nothing but the expiry writes no timeline entry and no audit event.
+    """
+    cache = op.cache
     now = timezone.now()
+    before = {"placement": list(cache.placement or []), "token_count": cache.token_count}
     fields: list[str] = []
     if op.kind in (OperationKind.CREATE, OperationKind.REFRESH):
         ttl = int(op.params.get("ttl_seconds") or cache.ttl_seconds)
@@ -204,6 +238,10 @@ def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
         reason = f"{op.kind} succeeded"
         if remote.cached_tokens is not None:
             reason += f" (resident: {remote.cached_tokens} cached tokens)"
+        if cache.state == CacheState.ACTIVE and is_pin(op, cache):
+            _pin_record(cache=cache, before=before, fields=fields, reason=reason)
+            operation_finish(op, OperationStatus.SUCCEEDED)
+            return
         cache_transition(
             cache=cache,
             to_state=CacheState.ACTIVE,
@@ -238,6 +276,32 @@ def _creation_book(op: CacheOperation, cache: CacheObject, now) -> None:
             occurred_at=now,
             principal_id=str(op.requested_by_id) if op.requested_by_id else None,
         )
+    )
+
+
+def _pin_record(*, cache: CacheObject, before: dict, fields: list[str], reason: str) -> None:
+    """Save a pin's result; audit and timeline only what changed (usually nothing)."""
+    cache.save(update_fields=sorted({*fields, "updated_at"}))
+    after = {"placement": list(cache.placement or []), "token_count": cache.token_count}
+    changes = diff(values_snapshot(before), values_snapshot(after))
+    if not changes:
+        return
+    # One coalesced record for a pin that moved or re-counted the prefix.
+    CacheTransition.objects.create(
+        tenant_id=cache.tenant_id,
+        cache=cache,
+        from_state=cache.state,
+        to_state=cache.state,
+        reason=f"pin: {', '.join(sorted(changes))} changed"[:300],
+    )
+    audit_record(
+        actor=SYSTEM,
+        action="caches.cache.update",
+        tenant=cache.tenant,
+        target_type="cache",
+        target_id=str(cache.pk),
+        changes=changes,
+        details={"reason": reason},
     )
 
 

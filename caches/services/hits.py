@@ -39,7 +39,12 @@ def cache_hits_flush() -> int:
     now = timezone.now()
     updated = 0
     with transaction.atomic():
-        caches = CacheObject.objects.select_for_update().filter(pk__in=list(counts))
+        # Several cache rows: locked in primary-key order (caches.services.locks).
+        caches = (
+            CacheObject.objects.select_for_update(no_key=True)
+            .filter(pk__in=list(counts))
+            .order_by("pk")
+        )
         for cache in caches:
             hits = counts[str(cache.pk)]
             cache.query_rate_ewma = ewma_update(

@@ -30,6 +30,7 @@ from caches.errors import (
     InvalidCron,
     InvalidState,
     InvalidTtl,
+    TtlBelowProviderMinimum,
     UnknownModel,
 )
 from caches.models import (
@@ -43,6 +44,7 @@ from caches.models import (
     TtlPolicy,
 )
 from caches.providers.registry import vertex_scope_for_tenant
+from caches.services.locks import cache_lock
 from caches.services.transitions import cache_transition
 from tenants.actor import Actor
 from tenants.models import Tenant
@@ -76,12 +78,23 @@ def operation_enqueue(operation: CacheOperation) -> None:
     transaction.on_commit(lambda: cache_operation_execute_task.delay(str(operation.pk)))
 
 
-def validate_ttl(ttl_seconds: int) -> int:
+def validate_ttl(ttl_seconds: int, *, provider: str | None = None) -> int:
+    """Refuse a TTL outside the platform's range or below what ``provider`` accepts.
+
+    Raises InvalidTtl (``invalid_ttl``) or TtlBelowProviderMinimum
+    (``ttl_below_provider_minimum``), so nothing is recorded that the provider will refuse.
+    """
     maximum = settings.CACHEPLANE_CACHE_MAX_TTL_SECONDS
     if ttl_seconds <= 0 or ttl_seconds > maximum:
         raise InvalidTtl(
             f"ttl_seconds must be between 1 and {maximum} (the platform maximum).",
             details={"maximum": maximum, "given": ttl_seconds},
+        )
+    minimum = catalog.PROVIDER_MIN_TTL_SECONDS.get(provider or "", 1)
+    if ttl_seconds < minimum:
+        raise TtlBelowProviderMinimum(
+            f"{provider} refuses a TTL under {minimum} seconds; asked for {ttl_seconds}.",
+            details={"minimum": minimum, "given": ttl_seconds, "provider": provider},
         )
     return ttl_seconds
 
@@ -170,7 +183,9 @@ def cache_create(
     Raises the validation errors above; nothing is written when one is raised.
     """
     default_ttl = settings.CACHEPLANE_CACHE_DEFAULT_TTL_SECONDS
-    ttl = validate_ttl(default_ttl if spec.ttl_seconds is None else spec.ttl_seconds)
+    ttl = validate_ttl(
+        default_ttl if spec.ttl_seconds is None else spec.ttl_seconds, provider=spec.provider
+    )
     validate_cron(spec.prewarm_cron)
     if spec.ttl_policy not in TtlPolicy.values:
         raise InvalidTtl(f"Unknown TTL policy {spec.ttl_policy!r}.")
@@ -297,12 +312,13 @@ def _live_duplicate(tenant: Tenant, spec: CacheSpec, digest: str) -> CacheOperat
 
 
 def _locked(cache: CacheObject) -> CacheObject:
-    return CacheObject.objects.select_for_update().select_related("tenant").get(pk=cache.pk)
+    # The cache row only (level 2 of caches.services.locks): the tenant is read, not locked.
+    return cache_lock(cache_id=cache.pk)
 
 
 def cache_extend_ttl(*, cache: CacheObject, actor: Actor, ttl_seconds: int) -> CacheOperation:
     """Set expiry to now + ttl (remotely for Vertex, re-warming for vLLM)."""
-    validate_ttl(ttl_seconds)
+    validate_ttl(ttl_seconds, provider=cache.provider)
     with transaction.atomic():
         cache = _locked(cache)
         if cache.state != CacheState.ACTIVE:
@@ -343,7 +359,7 @@ def cache_set_policy(
     if ttl_policy not in TtlPolicy.values:
         raise InvalidTtl(f"Unknown TTL policy {ttl_policy!r}.")
     if ttl_seconds is not None:
-        validate_ttl(ttl_seconds)
+        validate_ttl(ttl_seconds, provider=cache.provider)
     if prewarm_cron is not None:
         validate_cron(prewarm_cron)
     with transaction.atomic():

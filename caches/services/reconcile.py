@@ -32,6 +32,7 @@ from caches.models import (
 from caches.providers.vertex import VertexProvider, VertexScope
 from caches.services.execution import operation_apply_success, operation_finish
 from caches.services.lifecycle import operation_enqueue
+from caches.services.locks import cache_lock
 from caches.services.transitions import cache_transition
 from tenants.actor import Actor
 
@@ -127,13 +128,17 @@ def reconcile_vertex_scope(*, project: str, location: str) -> ReconcileRun:
 
 def _expire(cache: CacheObject, reason: str) -> int:
     with transaction.atomic():
-        locked = CacheObject.objects.select_for_update().select_related("tenant").get(pk=cache.pk)
+        # Lock order (caches.services.locks): the cache, then its open operations.
+        locked = cache_lock(cache_id=cache.pk)
         if locked.state not in (CacheState.ACTIVE, CacheState.REFRESHING):
             return 0
+        open_ops = list(
+            locked.operations.select_for_update(no_key=True)
+            .filter(status__in=[OperationStatus.PENDING, OperationStatus.RUNNING])
+            .order_by("pk")
+        )
         cache_transition(cache=locked, to_state=CacheState.EXPIRED, actor=RECONCILER, reason=reason)
-        for op in locked.operations.filter(
-            status__in=[OperationStatus.PENDING, OperationStatus.RUNNING]
-        ):
+        for op in open_ops:
             operation_finish(op, OperationStatus.FAILED, "remote_gone", reason)
     return 1
 
@@ -144,18 +149,20 @@ def _adopt(cache: CacheObject, provider: VertexProvider) -> int:
     if found is None:
         return 0
     with transaction.atomic():
+        # Lock order (caches.services.locks): the cache, then its create operation.
+        locked = cache_lock(cache_id=cache.pk)
         op = (
-            CacheOperation.objects.select_for_update()
+            CacheOperation.objects.select_for_update(no_key=True)
             .filter(
-                cache=cache,
+                cache=locked,
                 kind=OperationKind.CREATE,
                 status__in=[OperationStatus.PENDING, OperationStatus.RUNNING],
             )
             .first()
         )
-        if op is None:
+        if op is None or locked.state not in (CacheState.PENDING, CacheState.CREATING):
             return 0
-        locked = CacheObject.objects.select_for_update().get(pk=cache.pk)
+        op.cache = locked
         if locked.state == CacheState.PENDING:
             cache_transition(
                 cache=locked,

@@ -36,7 +36,7 @@ def cache_expire_due(*, now: datetime | None = None, limit: int | None = None) -
     limit = limit or settings.CACHEPLANE_SWEEP_BATCH
     with transaction.atomic():
         due = list(
-            CacheObject.objects.select_for_update(skip_locked=True)
+            CacheObject.objects.select_for_update(skip_locked=True, no_key=True, of=("self",))
             .select_related("tenant")
             .filter(state__in=[CacheState.ACTIVE, CacheState.REFRESHING], expire_at__lte=now)
             .order_by("expire_at")[:limit]

@@ -159,3 +159,53 @@ def test_unreachable_workers_are_a_transient_error(workers, tenant_a, admin_a) -
     with pytest.raises(TransientProviderError):
         operation_execute(operation_id=str(outcome.operation.pk))
     assert CacheOperation.objects.get(pk=outcome.operation.pk).status == "pending"
+
+
+def _pin(cache: CacheObject) -> CacheObject:
+    """What the scheduler does every pin interval: a refresh nobody asked for."""
+    from django.utils import timezone
+
+    from caches.services.scheduling import cache_enqueue_due_refreshes
+
+    CacheObject.objects.filter(pk=cache.pk).update(next_refresh_at=timezone.now())
+    assert cache_enqueue_due_refreshes() == 1
+    op = CacheOperation.objects.filter(cache=cache, requested_by__isnull=True).latest("created_at")
+    assert operation_execute(operation_id=str(op.pk)) == "succeeded"
+    assert operation_execute(operation_id=str(op.pk)) is None  # run twice: a no-op
+    return CacheObject.objects.get(pk=cache.pk)
+
+
+def test_a_pin_that_changes_nothing_writes_no_timeline_entry_and_no_audit_event(
+    workers, tenant_a, admin_a
+) -> None:
+    from audit.models import AuditEvent
+
+    cache = _create(tenant_a, admin_a)
+    transitions, events = cache.transitions.count(), AuditEvent.objects.count()
+    first_expiry = cache.expire_at
+    for _ in range(3):
+        cache = _pin(cache)
+    assert cache.state == CacheState.ACTIVE
+    assert cache.expire_at > first_expiry and cache.next_refresh_at is not None
+    assert cache.transitions.count() == transitions
+    assert AuditEvent.objects.count() == events
+
+
+def test_a_pin_that_recounts_the_prefix_writes_one_coalesced_record(
+    workers, tenant_a, admin_a
+) -> None:
+    from audit.models import AuditEvent
+
+    cache = _create(tenant_a, admin_a)
+    counted = cache.token_count
+    CacheObject.objects.filter(pk=cache.pk).update(token_count=1)
+    transitions, events = cache.transitions.count(), AuditEvent.objects.count()
+    cache = _pin(cache)
+    assert cache.token_count == counted
+    assert cache.transitions.count() == transitions + 1
+    latest = cache.transitions.order_by("-at", "-id").first()
+    assert (latest.from_state, latest.to_state) == ("active", "active")
+    event = AuditEvent.objects.order_by("-occurred_at", "-seq").first()
+    assert AuditEvent.objects.count() == events + 1
+    assert event.action == "caches.cache.update"
+    assert set(event.changes) == {"token_count"}  # values: the audit redaction decides

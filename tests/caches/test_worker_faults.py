@@ -8,89 +8,28 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from caches.models import CacheObject, CacheOperation, CacheState, OperationStatus
 from caches.services import lifecycle, reconcile
 from tests.caches.conftest import big_content
+from tests.caches.processes import start_celery_worker, stop_process, wait_for
 from tests.factories import actor_for
 
-REPO = Path(__file__).resolve().parents[2]
 
-
-def _database_url() -> str:
-    db = connection.settings_dict
-    host = (db["HOST"] or "127.0.0.1").replace("/", "%2F")
-    port = f":{db['PORT']}" if db.get("PORT") else ""
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    return f"postgresql://{db['USER']}{password}@{host}{port}/{db['NAME']}"
-
-
-def _start_worker(vertex, tmp_path: Path, name: str) -> subprocess.Popen:
-    from django.conf import settings
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env.update(
-        {
-            "DATABASE_URL": _database_url(),
-            "REDIS_URL": settings.REDIS_URL,
-            "CACHEPLANE_VERTEX_BASE_URL": vertex.base_url,
-            "CACHEPLANE_VERTEX_STATIC_TOKEN": "test-token",
-            "CACHEPLANE_VERTEX_PROJECT": "p1",
-            "CACHEPLANE_VERTEX_LOCATION": "us-central1",
-            "CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY": "0.01",
-            "CACHEPLANE_OPERATION_LEASE_SECONDS": "1",
-            "CACHEPLANE_LOG_FORMAT": "console",
-        }
-    )
-    log = (tmp_path / f"{name}.log").open("wb")
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "controlplane",
-            "worker",
-            "--pool",
-            "solo",
-            "--hostname",
-            f"{name}@test",
-            "--without-heartbeat",
-            "--without-mingle",
-            "--without-gossip",
-            "--loglevel",
-            "INFO",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+def _start_worker(vertex, tmp_path: Path, name: str):
+    return start_celery_worker(
+        log_dir=tmp_path,
+        name=name,
+        vertex_base_url=vertex.base_url,
+        extra_env={"CACHEPLANE_OPERATION_LEASE_SECONDS": "1"},
     )
 
 
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)  # polling another process's progress
-
-
-def _stop(worker: subprocess.Popen) -> None:
-    if worker.poll() is None:
-        worker.terminate()
-        try:
-            worker.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+_wait = wait_for
+_stop = stop_process
 
 
 @pytest.mark.slow
