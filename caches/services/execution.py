@@ -283,8 +283,8 @@ def _pin_record(*, cache: CacheObject, before: dict, fields: list[str], reason: 
     """Save a pin's result; audit and timeline only what changed (usually nothing)."""
     cache.save(update_fields=sorted({*fields, "updated_at"}))
     after = {"placement": list(cache.placement or []), "token_count": cache.token_count}
-    changes = diff(values_snapshot(before), values_snapshot(after))
-    if not changes:
+    changed = sorted(name for name in after if before.get(name) != after[name])
+    if not changed:
         return
     # One coalesced record for a pin that moved or re-counted the prefix.
     CacheTransition.objects.create(
@@ -292,7 +292,7 @@ def _pin_record(*, cache: CacheObject, before: dict, fields: list[str], reason: 
         cache=cache,
         from_state=cache.state,
         to_state=cache.state,
-        reason=f"pin: {', '.join(sorted(changes))} changed"[:300],
+        reason=f"pin: {', '.join(changed)} changed"[:300],
     )
     audit_record(
         actor=SYSTEM,
@@ -300,7 +300,7 @@ def _pin_record(*, cache: CacheObject, before: dict, fields: list[str], reason: 
         tenant=cache.tenant,
         target_type="cache",
         target_id=str(cache.pk),
-        changes=changes,
+        changes=diff(values_snapshot(before), values_snapshot(after)),
         details={"reason": reason},
     )
 
