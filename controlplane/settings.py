@@ -88,6 +88,7 @@ MIDDLEWARE = [
     "controlplane.middleware.RequestIdMiddleware",
     "controlplane.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -97,6 +98,24 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
+
+# Content-Security-Policy (django-csp 4.x dict format): no inline script or style and no
+# eval anywhere; the console loads only its own static files. Owned by the console (see
+# frontend/); a violation shows in the browser console, which the browser tests fail on.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
 
 ROOT_URLCONF = "controlplane.urls"
 ASGI_APPLICATION = "controlplane.asgi.application"
@@ -139,6 +158,7 @@ NODE_MODULES = BASE_DIR / "node_modules"
 STATICFILES_DIRS = [
     ("vendor/chart.js", NODE_MODULES / "chart.js" / "dist"),
     ("vendor/htmx", NODE_MODULES / "htmx.org" / "dist"),
+    ("vendor/chartjs-adapter-date-fns", NODE_MODULES / "chartjs-adapter-date-fns" / "dist"),
 ]
 # Serve through finders (no collectstatic step) unless a collected STATIC_ROOT is used.
 WHITENOISE_USE_FINDERS = env_bool("CACHEPLANE_STATIC_FROM_FINDERS", True)

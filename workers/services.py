@@ -61,6 +61,48 @@ def worker_register(
     return worker
 
 
+def worker_set_draining(*, actor: Actor, worker: Worker, draining: bool) -> Worker:
+    """Stop (or resume) routing new requests to a worker; its caches stay where they are.
+
+    The gateway routes to healthy workers only, so a draining worker finishes what it has.
+    Probes keep a healthy draining worker draining. Audited as ``workers.worker.drain``.
+    """
+    with transaction.atomic():
+        locked = Worker.objects.select_for_update().get(pk=worker.pk)
+        before = locked.state
+        locked.state = WorkerState.DRAINING if draining else WorkerState.HEALTHY
+        locked.save(update_fields=["state", "updated_at"])
+        audit_record(
+            actor=actor,
+            action="workers.worker.drain" if draining else "workers.worker.undrain",
+            tenant=None,
+            target_type="worker",
+            target_id=str(locked.pk),
+            changes={"state": {"before": before, "after": locked.state}},
+        )
+    return locked
+
+
+def worker_remove(*, actor: Actor, worker: Worker) -> None:
+    """Deregister a worker (a running process re-registers itself when it restarts).
+
+    Audited as ``workers.worker.remove``.
+    """
+    with transaction.atomic():
+        audit_record(
+            actor=actor,
+            action="workers.worker.remove",
+            tenant=None,
+            target_type="worker",
+            target_id=str(worker.pk),
+            changes={
+                "name": {"before": worker.name, "after": None},
+                "base_url": {"before": worker.base_url, "after": None},
+            },
+        )
+        Worker.objects.filter(pk=worker.pk).delete()
+
+
 def worker_probe(*, worker: Worker, client: httpx.Client | None = None) -> Worker:
     """Read /health and /metrics; record state, capacity and a metrics snapshot."""
     client = client or httpx.Client(timeout=5)
@@ -88,7 +130,8 @@ def worker_probe(*, worker: Worker, client: httpx.Client | None = None) -> Worke
                 snapshot[sample.name] = sample.value
             elif sample.name == "vllm:gpu_cache_usage_perc":  # removed in vLLM 0.12
                 snapshot.setdefault("vllm:kv_cache_usage_perc", sample.value)
-    worker.state = WorkerState.HEALTHY if healthy else WorkerState.UNHEALTHY
+    if worker.state != WorkerState.DRAINING or not healthy:  # a drain outlives probes
+        worker.state = WorkerState.HEALTHY if healthy else WorkerState.UNHEALTHY
     worker.metrics = snapshot
     if healthy:
         worker.last_seen_at = timezone.now()
