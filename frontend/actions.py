@@ -42,6 +42,13 @@ def attempt(form: forms.Form, call: Callable[[], T]) -> T | None:
         return None
 
 
+def blank_form() -> forms.Form:
+    """A bound, validated empty form to carry a service's error for a field-less action."""
+    form = forms.Form(data={})
+    form.is_valid()
+    return form
+
+
 def done(request: HttpRequest, message: str, to: str) -> HttpResponse:
     """Flash ``message`` and redirect (the browser's reload never repeats the POST)."""
     messages.success(request, message)

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from frontend import forms as f
-from frontend.actions import actor, attempt, done, invalid, no_store
+from frontend.actions import actor, attempt, blank_form, done, invalid, no_store
 from frontend.views import _context, tenant_page
 from tenants import selectors as tenant_selectors
 from tenants.models import Principal, PrincipalKind
@@ -68,9 +68,10 @@ def _access_page(request: HttpRequest, *, status: int = 200, **bound) -> HttpRes
         roles=roles,
         role_objects=tenant_selectors.role_list(tenant=tenant).order_by("name"),
         accounts=tenant_selectors.service_account_list(tenant=tenant).order_by("username"),
-        member_form=MemberAdd(roles=roles),
-        account_form=f.ServiceAccountForm(),
-        role_form=f.RoleCreateForm(permissions=sorted(TENANT_PERMISSIONS)),
+        member_form=bound.pop("member_form", None) or MemberAdd(roles=roles),
+        account_form=bound.pop("account_form", None) or f.ServiceAccountForm(),
+        role_form=bound.pop("role_form", None)
+        or f.RoleCreateForm(permissions=sorted(TENANT_PERMISSIONS)),
         editor_errors=bound.pop("editor_errors", []),
         **bound,
     )
@@ -139,7 +140,7 @@ def policy_save(request: HttpRequest) -> HttpResponse:
         specs.append(iam.BindingSpec(role=role, principal_id=principal, expires_at=expires))
     if errors:
         return _access_page(request, status=400, rows=rows, editor_errors=errors)
-    form = forms.Form()
+    form = blank_form()
     policy = attempt(
         form,
         lambda: iam.policy_set(
@@ -305,7 +306,7 @@ def key_create(request: HttpRequest) -> HttpResponse:
 @tenant_page("keys.revoke")
 def key_revoke(request: HttpRequest, key_id: str) -> HttpResponse:
     tenant = request.tenant  # type: ignore[attr-defined]
-    form = forms.Form()
+    form = blank_form()
     key = attempt(
         form, lambda: keys.api_key_revoke(actor=actor(request), tenant=tenant, key_id=str(key_id))
     )

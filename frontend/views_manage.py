@@ -27,7 +27,7 @@ from caches.models import LIVE_STATES, Provider
 from caches.services import lifecycle
 from controlplane.errors import DomainError
 from frontend import forms as f
-from frontend.actions import actor, attempt, done, invalid, no_store
+from frontend.actions import actor, attempt, blank_form, done, invalid, no_store
 from frontend.views import _context, tenant_page
 
 MICROS = Decimal(1_000_000)
@@ -342,7 +342,7 @@ def cache_policy(request: HttpRequest, cache_id) -> HttpResponse:
 @tenant_page("caches.delete")
 def cache_evict(request: HttpRequest, cache_id) -> HttpResponse:
     cache = _cache(request, cache_id)
-    form = forms.Form()
+    form = blank_form()
     attempt(form, lambda: lifecycle.cache_evict(cache=cache, actor=actor(request)))
     return _cache_back(request, cache, form, f"Evicting {cache.name}.")
 

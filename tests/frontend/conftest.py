@@ -76,6 +76,22 @@ class ConsolePage:
         self.page.click("button[type=submit]")
         self.page.wait_for_load_state()
 
+    def wait_until(self, expression: str, *, timeout: float = 15.0) -> None:
+        """Wait for a JS expression to be truthy.
+
+        Playwright's ``wait_for_function`` evaluates its predicate with ``eval``, which
+        the console's CSP (no 'unsafe-eval') refuses; ``evaluate`` goes through the
+        DevTools protocol instead, so the condition is polled from here.
+        """
+        import time
+
+        deadline = time.monotonic() + timeout
+        while not self.page.evaluate(
+            f"() => {{ try {{ return !!({expression}); }} catch (e) {{ return false; }} }}"
+        ):
+            assert time.monotonic() < deadline, f"timed out waiting for {expression}"
+            self.page.wait_for_timeout(100)
+
     def check(self, *, axe: bool = True) -> None:
         """No console errors so far; no serious/critical axe violations on this page."""
         self.page.wait_for_load_state("load")

@@ -172,6 +172,7 @@ def test_the_iam_editor_shows_an_etag_conflict_and_saving_again_resolves_it(cons
     row = console.locator("#bindings-table tr", has_text="dev1")
     row.locator("select").select_option("tenant.developer")
     # Someone else saves in between: the editor's etag is now stale.
+    tenant.refresh_from_db()
     current = iam.policy_get(tenant=tenant)
     iam.policy_set(
         actor=actor_for(admin),
@@ -247,9 +248,9 @@ def test_keys_revoke_and_cache_actions_follow_the_cache_state(console) -> None:
     console.fill("[name=extend_by]", "600")
     console.click("#btn-extend")
     assert "Extending kb" in console.locator(".flash").inner_text()
-    console.fill("[name=ttl_seconds]", "5")
+    console.fill("[name=ttl_seconds]", str(10**9))
     console.click("#btn-set-ttl")
-    assert console.locator(".form-errors").count() == 1  # below the minimum TTL: refused
+    assert "platform maximum" in console.locator(".form-errors").inner_text()  # refused
     console.errors.clear()
     assert {"tenants.api_key.revoke", "caches.cache.extend_ttl"} <= _actions(tenant=tenant)
 
@@ -421,9 +422,7 @@ def test_gateway_traffic_moves_hit_rate_and_spend_live(console, ref_workers, ten
         client.chat.completions.create(
             model=REF_MODEL, max_tokens=2, messages=[{"role": "user", "content": prompt}]
         )
-    console.wait_for_function(
-        "Number(document.getElementById('tile-live-requests').textContent) >= 4", timeout=15_000
-    )
+    console.wait_until("Number(document.getElementById('tile-live-requests').textContent) >= 4")
     series = "window.Chart.getChart('hit-chart').data.datasets.map(d => d.data.length)"
     assert all(n >= 1 for n in console.evaluate(series))  # available, routed, delivered
     delivered = console.evaluate(
@@ -431,18 +430,15 @@ def test_gateway_traffic_moves_hit_rate_and_spend_live(console, ref_workers, ten
     )
     assert any(p and p > 0 for p in delivered), delivered
     console.reload()  # the live series survive a reload: still three, not one
-    console.wait_for_function("window.Chart && window.Chart.getChart('hit-chart')")
+    console.wait_until("window.Chart && window.Chart.getChart('hit-chart')")
     assert all(n >= 1 for n in console.evaluate(series))
     assert console.evaluate("window.Chart.getChart('hit-chart').options.scales.x.type") == "time"
     usage_flush()
     console.click("[data-range='1h']")
-    console.wait_for_function(
-        "window.Chart.getChart('hit-chart').data.datasets[2].data.some(p => p.y > 0)",
-        timeout=15_000,
+    console.wait_until(
+        "window.Chart.getChart('hit-chart').data.datasets[2].data.some(p => p.y > 0)"
     )
-    console.wait_for_function(
-        "document.getElementById('tile-spent').textContent !== '$0.00'", timeout=15_000
-    )
+    console.wait_until("document.getElementById('tile-spent').textContent !== '$0.00'")
     console.check()
 
 
@@ -466,8 +462,8 @@ def test_create_a_cache_in_the_form_and_watch_it_go_pending_to_active(
     console.wait_for_selector("#live-status.on", timeout=15_000)
     assert console.locator("#cache-state").inner_text() == "pending"
     with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
-        console.wait_for_function(
-            "document.getElementById('cache-state').textContent === 'active'", timeout=30_000
+        console.wait_until(
+            "document.getElementById('cache-state').textContent === 'active'", timeout=30
         )
     assert "creating" in console.locator("#timeline").inner_text()
     console.check()
