@@ -42,6 +42,18 @@ def attempt(form: forms.Form, call: Callable[[], T]) -> T | None:
         return None
 
 
+def uuid_or_404(value: str) -> str:
+    """A path id as a canonical UUID string; anything else is the same 404 as a missing id."""
+    import uuid
+
+    from django.http import Http404
+
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        raise Http404("No such object.") from None
+
+
 def blank_form() -> forms.Form:
     """A bound, validated empty form to carry a service's error for a field-less action."""
     form = forms.Form(data={})

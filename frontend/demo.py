@@ -19,6 +19,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import httpx
+from django.db import OperationalError
 
 from tenants.actor import Actor
 from tenants.models import Principal, RoleBinding, Tenant
@@ -165,11 +166,20 @@ def _caches(actor: Actor, tenant: Tenant, worker_model: str | None) -> int:
             replication_factor=1,
             prewarm_cron="",
         )
-        try:
-            lifecycle.cache_create(tenant=tenant, actor=actor, spec=spec, idempotency_key=None)
-            made += 1
-        except DomainError as exc:  # e.g. a live cache of that name already exists
-            logger.info("demo: cache %s on %s skipped: %s", name, tenant.slug, exc.message)
+        for attempt in range(3):
+            try:
+                lifecycle.cache_create(tenant=tenant, actor=actor, spec=spec, idempotency_key=None)
+                made += 1
+                break
+            except DomainError as exc:  # e.g. a live cache of that name already exists
+                logger.info("demo: cache %s on %s skipped: %s", name, tenant.slug, exc.message)
+                break
+            except OperationalError:
+                # Seen once on a first start: a deadlock between cache_create and the Celery
+                # task of the cache created just before (both touch the tenant row); the
+                # database rolled this one back, so trying again is safe.
+                if attempt == 2:
+                    raise
     return made
 
 

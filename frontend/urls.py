@@ -74,19 +74,17 @@ urlpatterns = [
     path(f"{T}/access/roles", views_access.role_create, name="console-role-create"),
     path(f"{T}/keys/", views_access.keys_page, name="console-keys"),
     path(f"{T}/keys/new", views_access.key_create, name="console-key-create"),
-    path(f"{T}/keys/<uuid:key_id>/revoke", views_access.key_revoke, name="console-key-revoke"),
+    path(f"{T}/keys/<str:key_id>/revoke", views_access.key_revoke, name="console-key-revoke"),
     path(f"{T}/budgets/", views_manage.budgets_page, name="console-budgets"),
     path(f"{T}/budgets/new", views_manage.budget_create, name="console-budget-create"),
+    path(f"{T}/budgets/<str:budget_id>/edit", views_manage.budget_edit, name="console-budget-edit"),
     path(
-        f"{T}/budgets/<uuid:budget_id>/edit", views_manage.budget_edit, name="console-budget-edit"
-    ),
-    path(
-        f"{T}/budgets/<uuid:budget_id>/archive",
+        f"{T}/budgets/<str:budget_id>/archive",
         views_manage.budget_archive,
         name="console-budget-archive",
     ),
     path(
-        f"{T}/budgets/<uuid:budget_id>/rotate-secret",
+        f"{T}/budgets/<str:budget_id>/rotate-secret",
         views_manage.budget_rotate_secret,
         name="console-budget-rotate",
     ),

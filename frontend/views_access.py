@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from frontend import forms as f
-from frontend.actions import actor, attempt, blank_form, done, invalid, no_store
+from frontend.actions import actor, attempt, blank_form, done, invalid, no_store, uuid_or_404
 from frontend.views import _context, tenant_page
 from tenants import selectors as tenant_selectors
 from tenants.models import Principal, PrincipalKind
@@ -110,8 +110,8 @@ def _parse_expiry(raw: str) -> datetime | None:
     return field.clean(raw)
 
 
-@require_POST
 @tenant_page("iam.set")
+@require_POST
 def policy_save(request: HttpRequest) -> HttpResponse:
     """The IAM editor: replace the policy under the etag the editor was loaded with.
 
@@ -164,8 +164,8 @@ def policy_save(request: HttpRequest) -> HttpResponse:
     return done(request, f"Policy saved ({len(specs)} bindings).", f"/t/{tenant.slug}/access/")
 
 
-@require_POST
 @tenant_page("iam.set")
+@require_POST
 def member_add(request: HttpRequest) -> HttpResponse:
     """Bind a principal (by name) to a role: read the policy, append, replace under its etag."""
     tenant = request.tenant  # type: ignore[attr-defined]
@@ -204,8 +204,8 @@ def member_add(request: HttpRequest) -> HttpResponse:
     return _access_page(request, status=400, member_form=form)
 
 
-@require_POST
 @tenant_page("iam.set")
+@require_POST
 def service_account_create(request: HttpRequest) -> HttpResponse:
     tenant = request.tenant  # type: ignore[attr-defined]
     form = f.ServiceAccountForm(request.POST)
@@ -226,8 +226,8 @@ def service_account_create(request: HttpRequest) -> HttpResponse:
     return _access_page(request, status=400, account_form=form)
 
 
-@require_POST
 @tenant_page("iam.set")
+@require_POST
 def role_create(request: HttpRequest) -> HttpResponse:
     tenant = request.tenant  # type: ignore[attr-defined]
     form = f.RoleCreateForm(request.POST, permissions=sorted(TENANT_PERMISSIONS))
@@ -273,8 +273,8 @@ def keys_page(request: HttpRequest) -> HttpResponse:
     return _keys_page(request)
 
 
-@require_POST
 @tenant_page("keys.create")
+@require_POST
 def key_create(request: HttpRequest) -> HttpResponse:
     """Issue a key and show its secret once, on this response only (no-store)."""
     tenant = request.tenant  # type: ignore[attr-defined]
@@ -302,13 +302,16 @@ def key_create(request: HttpRequest) -> HttpResponse:
     return invalid(_keys_page(request, key_form=form))
 
 
-@require_POST
 @tenant_page("keys.revoke")
+@require_POST
 def key_revoke(request: HttpRequest, key_id: str) -> HttpResponse:
     tenant = request.tenant  # type: ignore[attr-defined]
     form = blank_form()
     key = attempt(
-        form, lambda: keys.api_key_revoke(actor=actor(request), tenant=tenant, key_id=str(key_id))
+        form,
+        lambda: keys.api_key_revoke(
+            actor=actor(request), tenant=tenant, key_id=uuid_or_404(key_id)
+        ),
     )
     if key is None:
         return invalid(_keys_page(request, revoke_errors=form.non_field_errors()))

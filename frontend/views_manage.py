@@ -27,7 +27,7 @@ from caches.models import LIVE_STATES, Provider
 from caches.services import lifecycle
 from controlplane.errors import DomainError
 from frontend import forms as f
-from frontend.actions import actor, attempt, blank_form, done, invalid, no_store
+from frontend.actions import actor, attempt, blank_form, done, invalid, no_store, uuid_or_404
 from frontend.views import _context, tenant_page
 
 MICROS = Decimal(1_000_000)
@@ -93,8 +93,8 @@ def _micros(usd: Decimal) -> int:
     return int((usd * MICROS).to_integral_value())
 
 
-@require_POST
 @tenant_page("budgets.update")
+@require_POST
 def budget_create(request: HttpRequest) -> HttpResponse:
     """Create a budget; its webhook secret is shown once on this response (no-store)."""
     tenant = request.tenant  # type: ignore[attr-defined]
@@ -120,14 +120,14 @@ def budget_create(request: HttpRequest) -> HttpResponse:
 
 
 def _budget(request: HttpRequest, budget_id: str):
-    budget = budget_selectors.budget_get(tenant=request.tenant, budget_id=str(budget_id))  # type: ignore[attr-defined]
+    budget = budget_selectors.budget_get(tenant=request.tenant, budget_id=uuid_or_404(budget_id))  # type: ignore[attr-defined]
     if budget is None:
         raise Http404("No such budget.")
     return budget
 
 
-@require_POST
 @tenant_page("budgets.update")
+@require_POST
 def budget_edit(request: HttpRequest, budget_id: str) -> HttpResponse:
     tenant = request.tenant  # type: ignore[attr-defined]
     budget = _budget(request, budget_id)
@@ -150,8 +150,8 @@ def budget_edit(request: HttpRequest, budget_id: str) -> HttpResponse:
     return _budgets_page(request, status=400, edited=(budget.pk, form))
 
 
-@require_POST
 @tenant_page("budgets.update")
+@require_POST
 def budget_archive(request: HttpRequest, budget_id: str) -> HttpResponse:
     tenant = request.tenant  # type: ignore[attr-defined]
     budget = _budget(request, budget_id)
@@ -159,8 +159,8 @@ def budget_archive(request: HttpRequest, budget_id: str) -> HttpResponse:
     return done(request, f"Budget {budget.name} archived.", f"/t/{tenant.slug}/budgets/")
 
 
-@require_POST
 @tenant_page("budgets.update")
+@require_POST
 def budget_rotate_secret(request: HttpRequest, budget_id: str) -> HttpResponse:
     budget = budget_crud.budget_rotate_secret(
         actor=actor(request), budget=_budget(request, budget_id)
@@ -288,8 +288,8 @@ def _cache_back(request: HttpRequest, cache, form: forms.Form, message: str) -> 
     return done(request, message, f"/t/{tenant.slug}/caches/{cache.pk}/")
 
 
-@require_POST
 @tenant_page("caches.update")
+@require_POST
 def cache_extend(request: HttpRequest, cache_id) -> HttpResponse:
     """Lengthen the remaining TTL by N seconds (never shortens: that is "Set TTL")."""
     cache = _cache(request, cache_id)
@@ -307,8 +307,8 @@ def cache_extend(request: HttpRequest, cache_id) -> HttpResponse:
     return _cache_back(request, cache, form, f"Extending {cache.name} to {ttl} s from now.")
 
 
-@require_POST
 @tenant_page("caches.update")
+@require_POST
 def cache_set_ttl(request: HttpRequest, cache_id) -> HttpResponse:
     """Set the expiry to now + N seconds, shorter or longer than today's."""
     cache = _cache(request, cache_id)
@@ -323,8 +323,8 @@ def cache_set_ttl(request: HttpRequest, cache_id) -> HttpResponse:
     return _cache_back(request, cache, form, f"Setting the TTL of {cache.name}.")
 
 
-@require_POST
 @tenant_page("caches.update")
+@require_POST
 def cache_policy(request: HttpRequest, cache_id) -> HttpResponse:
     cache = _cache(request, cache_id)
     form = f.CachePolicyForm(request.POST)
@@ -338,8 +338,8 @@ def cache_policy(request: HttpRequest, cache_id) -> HttpResponse:
     return _cache_back(request, cache, form, f"Policy of {cache.name} changed.")
 
 
-@require_POST
 @tenant_page("caches.delete")
+@require_POST
 def cache_evict(request: HttpRequest, cache_id) -> HttpResponse:
     cache = _cache(request, cache_id)
     form = blank_form()

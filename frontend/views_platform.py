@@ -75,8 +75,8 @@ def _tenant(slug: str):
     return tenant
 
 
-@require_POST
 @platform_page("tenants.manage")
+@require_POST
 def tenant_create(request: HttpRequest) -> HttpResponse:
     form = f.TenantCreateForm(request.POST)
     if form.is_valid():
@@ -103,8 +103,8 @@ def tenant_create(request: HttpRequest) -> HttpResponse:
     return _tenants_page(request, status=400, tenant_form=form)
 
 
-@require_POST
 @platform_page("tenants.manage")
+@require_POST
 def tenant_rename(request: HttpRequest, slug: str) -> HttpResponse:
     tenant = _tenant(slug)
     form = f.TenantRenameForm(request.POST)
@@ -138,20 +138,20 @@ def _set_state(request: HttpRequest, slug: str, state: str) -> HttpResponse:
     return _tenants_page(request, status=400, rename_errors={tenant.slug: form.errors})
 
 
-@require_POST
 @platform_page("tenants.manage")
+@require_POST
 def tenant_suspend(request: HttpRequest, slug: str) -> HttpResponse:
     return _set_state(request, slug, TenantState.SUSPENDED)
 
 
-@require_POST
 @platform_page("tenants.manage")
+@require_POST
 def tenant_resume(request: HttpRequest, slug: str) -> HttpResponse:
     return _set_state(request, slug, TenantState.ACTIVE)
 
 
-@require_POST
 @platform_page("tenants.manage")
+@require_POST
 def human_create(request: HttpRequest) -> HttpResponse:
     form = f.HumanCreateForm(request.POST)
     if form.is_valid():
@@ -205,8 +205,8 @@ def prices_page(request: HttpRequest) -> HttpResponse:
     return _prices_page(request)
 
 
-@require_POST
 @platform_page("prices.manage")
+@require_POST
 def price_create(request: HttpRequest) -> HttpResponse:
     form = f.ModelPriceForm(request.POST)
     if form.is_valid():
@@ -226,8 +226,8 @@ def price_create(request: HttpRequest) -> HttpResponse:
     return _prices_page(request, status=400, price_form=form)
 
 
-@require_POST
 @platform_page("prices.manage")
+@require_POST
 def price_correct(request: HttpRequest, price_id: int) -> HttpResponse:
     price = ModelPrice.objects.filter(pk=price_id).first()
     if price is None:
@@ -273,8 +273,8 @@ def workers_page(request: HttpRequest) -> HttpResponse:
     return _workers_page(request)
 
 
-@require_POST
 @platform_page("workers.manage")
+@require_POST
 def worker_register(request: HttpRequest) -> HttpResponse:
     form = f.WorkerRegisterForm(request.POST)
     if form.is_valid():
@@ -294,8 +294,8 @@ def _worker(name: str) -> Worker:
     return worker
 
 
-@require_POST
 @platform_page("workers.manage")
+@require_POST
 def worker_drain(request: HttpRequest, name: str) -> HttpResponse:
     worker = _worker(name)
     draining = request.POST.get("undrain") is None
@@ -304,8 +304,8 @@ def worker_drain(request: HttpRequest, name: str) -> HttpResponse:
     return done(request, f"Worker {worker.name} is {verb}.", "/platform/workers/")
 
 
-@require_POST
 @platform_page("workers.manage")
+@require_POST
 def worker_remove(request: HttpRequest, name: str) -> HttpResponse:
     worker = _worker(name)
     worker_services.worker_remove(actor=actor(request), worker=worker)
