@@ -13,9 +13,12 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+_ADAPTER = "chartjs-adapter-date-fns"
 REQUIRED = (
     REPO / "node_modules" / "chart.js" / "dist" / "chart.umd.min.js",
     REPO / "node_modules" / "htmx.org" / "dist" / "htmx.min.js",
+    REPO / "node_modules" / _ADAPTER / "dist" / f"{_ADAPTER}.bundle.min.js",
+    REPO / "node_modules" / "axe-core" / "axe.min.js",
 )
 
 

@@ -137,6 +137,7 @@ MIDDLEWARE = [
     "controlplane.middleware.BodySizeLimitMiddleware",
     "controlplane.api.middleware.QueryStringCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -148,6 +149,24 @@ MIDDLEWARE = [
     # Last, as django-axes asks: turns a flagged login into the lockout response.
     "axes.middleware.AxesMiddleware",
 ]
+
+# Content-Security-Policy (django-csp 4.x dict format): no inline script or style and no
+# eval anywhere; the console loads only its own static files. Owned by the console (see
+# frontend/); a violation shows in the browser console, which the browser tests fail on.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
 
 ROOT_URLCONF = "controlplane.urls"
 ASGI_APPLICATION = "controlplane.asgi.application"
@@ -190,6 +209,7 @@ NODE_MODULES = BASE_DIR / "node_modules"
 STATICFILES_DIRS = [
     ("vendor/chart.js", NODE_MODULES / "chart.js" / "dist"),
     ("vendor/htmx", NODE_MODULES / "htmx.org" / "dist"),
+    ("vendor/chartjs-adapter-date-fns", NODE_MODULES / "chartjs-adapter-date-fns" / "dist"),
 ]
 # Serve through finders (no collectstatic step) unless a collected STATIC_ROOT is used.
 WHITENOISE_USE_FINDERS = env_bool("CACHEPLANE_STATIC_FROM_FINDERS", True)

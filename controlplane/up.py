@@ -268,6 +268,8 @@ def _run(
             print(f"cacheplane: {child.name} failed to start:\n{child.tail()}", file=sys.stderr)
         return 1
     _register_demo_worker()
+    if not args.no_demo and not args.check:  # demo people, keys, caches, bounded traffic
+        call_command("demo", "--url", url, "--background", "--requests", "600")
     _print_banner(url, exported, logs, services)
     if args.check:
         return 0

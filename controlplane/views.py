@@ -1,8 +1,10 @@
-"""Error pages: JSON under /api/ (one error shape everywhere), plain text elsewhere."""
+"""Error pages: JSON under /api/ (one error shape everywhere), the console's styled
+templates (404.html, 500.html, inside its layout) elsewhere."""
 
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 
 from controlplane.api.errors import error_body
 
@@ -14,7 +16,7 @@ def _wants_json(request: HttpRequest) -> bool:
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     if _wants_json(request):
         return JsonResponse(error_body("not_found", "Not found."), status=404)
-    return HttpResponse("Not found.", status=404, content_type="text/plain")
+    return defaults.page_not_found(request, exception or Exception("Not found."))
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
@@ -23,7 +25,7 @@ def server_error(request: HttpRequest) -> HttpResponse:
             error_body("internal_error", "An internal error occurred; it has been logged."),
             status=500,
         )
-    return HttpResponse("Internal error.", status=500, content_type="text/plain")
+    return defaults.server_error(request)
 
 
 def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

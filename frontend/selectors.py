@@ -335,3 +335,178 @@ def workers_summary() -> dict[str, Any]:
     for w in workers:
         w["pinned"] = pinned.get(w["name"], [])
     return {"generated_at": timezone.now().isoformat(), "workers": workers}
+
+
+# --- Charts and rankings ------------------------------------------------------------------
+
+# range -> (span, bucket size in seconds); buckets come from the per-minute rollups,
+# truncated in the database, and empty buckets are filled so the time axis shows gaps.
+RANGES: dict[str, tuple[timedelta, int]] = {
+    "1h": (timedelta(hours=1), 60),
+    "24h": (timedelta(hours=24), 900),
+    "7d": (timedelta(days=7), 3600),
+}
+
+
+def usage_series(*, tenant_ids: list[Any] | None, range_key: str) -> dict[str, Any]:
+    """Hit rate, requests, spend and savings per bucket over ``range_key`` (one query).
+
+    ``tenant_ids=None`` is the whole fleet (platform pages only). Unknown ranges fall back
+    to 1 h. Every bucket of the range is present; a bucket without traffic has a null
+    hit rate (no data, not 0 %).
+    """
+    from django.db.models import DateTimeField, F, Func, IntegerField, Value
+    from django.db.models.functions import Cast
+
+    from billing.models import Granularity, UsageRollup
+
+    span, step = RANGES.get(range_key, RANGES["1h"])
+    now = timezone.now()
+    start_epoch = int((now - span).timestamp()) // step * step
+    rollups = UsageRollup.objects.filter(
+        granularity=Granularity.MINUTE,
+        bucket__gte=datetime.fromtimestamp(start_epoch, tz=now.tzinfo),
+    )
+    if tenant_ids is not None:
+        rollups = rollups.filter(tenant_id__in=tenant_ids)
+    epoch = Cast(Func(Value("epoch"), F("bucket"), function="date_part"), IntegerField())
+    slot = Func((epoch / step) * step, function="to_timestamp", output_field=DateTimeField())
+    rows = {
+        int(r["slot"].timestamp()): r
+        for r in rollups.annotate(slot=slot)
+        .values("slot")
+        .annotate(
+            prompt=Sum("prompt_tokens"),
+            cached=Sum("cached_read_tokens"),
+            cost=Sum("cost_micros"),
+            without=Sum("cost_without_cache_micros"),
+            requests=Sum("requests"),
+        )
+        .order_by("slot")
+    }
+    points = []
+    for t in range(start_epoch, int(now.timestamp()) + 1, step):
+        r = rows.get(t)
+        prompt = r["prompt"] if r else 0
+        points.append(
+            {
+                "at": datetime.fromtimestamp(t, tz=now.tzinfo).isoformat(),
+                "requests": r["requests"] if r else 0,
+                "hit_rate": round(r["cached"] / prompt, 4) if r and prompt else None,
+                "cost_usd": _usd(r["cost"]) if r else 0.0,
+                "saved_usd": _usd(max(0, r["without"] - r["cost"])) if r else 0.0,
+            }
+        )
+    return {
+        "range": range_key if range_key in RANGES else "1h",
+        "step_seconds": step,
+        "points": points,
+    }
+
+
+def platform_top(*, limit: int = 5) -> dict[str, list[dict[str, Any]]]:
+    """Top tenants this month by spend and by savings (cross-tenant: platform pages only)."""
+    from billing.models import Granularity, UsageRollup
+
+    start, _ = month_bounds(timezone.now())
+    rows = list(
+        UsageRollup.objects.filter(granularity=Granularity.MINUTE, bucket__gte=start)
+        .values("tenant__slug", "tenant__display_name")
+        .annotate(cost=Sum("cost_micros"), without=Sum("cost_without_cache_micros"))
+    )
+    ranked = [
+        {
+            "slug": r["tenant__slug"],
+            "name": r["tenant__display_name"],
+            "spend_usd": _usd(r["cost"]),
+            "saved_usd": _usd(max(0, r["without"] - r["cost"])),
+        }
+        for r in rows
+    ]
+    return {
+        "by_spend": sorted(ranked, key=lambda r: -r["spend_usd"])[:limit],
+        "by_savings": sorted(ranked, key=lambda r: -r["saved_usd"])[:limit],
+    }
+
+
+def tenant_top_caches(*, tenant: Tenant, limit: int = 5) -> dict[str, list[dict[str, Any]]]:
+    """A tenant's caches this month by spend (requests through them plus storage) and by
+    savings (what those requests would have cost uncached, less what they cost)."""
+    from billing.models import StorageAccrual, UsageRecord
+
+    start, _ = month_bounds(timezone.now())
+    usage = {
+        r["cache_id"]: r
+        for r in UsageRecord.objects.filter(
+            tenant=tenant, cache_id__isnull=False, occurred_at__gte=start
+        )
+        .values("cache_id")
+        .annotate(cost=Sum("cost_micros"), without=Sum("cost_without_cache_micros"))
+    }
+    storage = dict(
+        StorageAccrual.objects.filter(tenant=tenant, hour__gte=start)
+        .values("cache_id")
+        .annotate(c=Sum("cost_micros"))
+        .values_list("cache_id", "c")
+    )
+    ids = set(usage) | set(storage)
+    names = dict(
+        CacheObject.objects.filter(
+            tenant=tenant, pk__in=[i for i in ids if _is_uuid(i)]
+        ).values_list("pk", "name")
+    )
+    ranked = []
+    for cid in ids:
+        u = usage.get(cid) or {"cost": 0, "without": 0}
+        ranked.append(
+            {
+                "id": cid,
+                "name": names.get(_as_uuid(cid), cid),
+                "spend_usd": _usd((u["cost"] or 0) + (storage.get(cid) or 0)),
+                "saved_usd": _usd(max(0, (u["without"] or 0) - (u["cost"] or 0))),
+            }
+        )
+    return {
+        "by_spend": sorted(ranked, key=lambda r: -r["spend_usd"])[:limit],
+        "by_savings": sorted(ranked, key=lambda r: -r["saved_usd"])[:limit],
+    }
+
+
+def _is_uuid(value: str) -> bool:
+    return _as_uuid(value) is not None
+
+
+def _as_uuid(value: str):
+    import uuid
+
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+def breakeven_models() -> list[dict[str, Any]]:
+    """Models the calculator offers, each ``provider:model`` with whether it has a price.
+
+    Vertex models from the catalog, vLLM models from the registered workers; a vLLM model
+    is priced through its pool's GPU-hour price, so its key carries the vllm provider.
+    """
+    from billing.models import ModelPrice, PoolPrice
+    from caches.catalog import VERTEX_MODELS, vllm_models
+
+    priced = set(ModelPrice.objects.values_list("provider", "model").distinct())
+    pools = PoolPrice.objects.exists()
+    models = [
+        {"key": f"vertex:{m}", "provider": "vertex", "model": m, "priced": ("vertex", m) in priced}
+        for m in sorted(VERTEX_MODELS)
+    ]
+    models += [
+        {
+            "key": f"vllm:{m}",
+            "provider": "vllm",
+            "model": m,
+            "priced": pools or ("vllm", m) in priced,
+        }
+        for m in sorted(vllm_models())
+    ]
+    return models

@@ -1,20 +1,95 @@
-"""Console pages."""
+"""Console pages and the form posts that manage the platform from the browser."""
 
 from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from frontend import views
+from frontend import views, views_access, views_manage, views_platform
+
+T = "t/<slug:tenant>"
 
 urlpatterns = [
     path("", views.home, name="console-overview"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("platform/", views.platform_overview, name="console-platform"),
-    path("platform/workers/", views.workers_page, name="console-workers"),
-    path("t/<slug:tenant>/", views.tenant_overview, name="console-tenant"),
-    path("t/<slug:tenant>/caches/<uuid:cache_id>/", views.cache_page, name="console-cache"),
-    path("t/<slug:tenant>/audit/", views.audit_page, name="console-audit"),
-    path("t/<slug:tenant>/break-even/", views.breakeven_page, name="console-breakeven"),
+    path("platform/workers/", views_platform.workers_page, name="console-workers"),
+    path(
+        "platform/workers/register", views_platform.worker_register, name="console-worker-register"
+    ),
+    path(
+        "platform/workers/<str:name>/drain",
+        views_platform.worker_drain,
+        name="console-worker-drain",
+    ),
+    path(
+        "platform/workers/<str:name>/remove",
+        views_platform.worker_remove,
+        name="console-worker-remove",
+    ),
+    path("platform/tenants/", views_platform.tenants_page, name="console-tenants"),
+    path("platform/tenants/new", views_platform.tenant_create, name="console-tenant-create"),
+    path(
+        "platform/tenants/<slug:slug>/rename",
+        views_platform.tenant_rename,
+        name="console-tenant-rename",
+    ),
+    path(
+        "platform/tenants/<slug:slug>/suspend",
+        views_platform.tenant_suspend,
+        name="console-tenant-suspend",
+    ),
+    path(
+        "platform/tenants/<slug:slug>/resume",
+        views_platform.tenant_resume,
+        name="console-tenant-resume",
+    ),
+    path("platform/people/new", views_platform.human_create, name="console-human-create"),
+    path("platform/prices/", views_platform.prices_page, name="console-prices"),
+    path("platform/prices/new", views_platform.price_create, name="console-price-create"),
+    path(
+        "platform/prices/<int:price_id>/correct",
+        views_platform.price_correct,
+        name="console-price-correct",
+    ),
+    path(f"{T}/", views.tenant_overview, name="console-tenant"),
+    path(f"{T}/caches/new/", views_manage.cache_new, name="console-cache-new"),
+    path(f"{T}/caches/<uuid:cache_id>/", views.cache_page, name="console-cache"),
+    path(
+        f"{T}/caches/<uuid:cache_id>/extend", views_manage.cache_extend, name="console-cache-extend"
+    ),
+    path(f"{T}/caches/<uuid:cache_id>/ttl", views_manage.cache_set_ttl, name="console-cache-ttl"),
+    path(
+        f"{T}/caches/<uuid:cache_id>/policy", views_manage.cache_policy, name="console-cache-policy"
+    ),
+    path(f"{T}/caches/<uuid:cache_id>/evict", views_manage.cache_evict, name="console-cache-evict"),
+    path(f"{T}/access/", views_access.access_page, name="console-access"),
+    path(f"{T}/access/policy", views_access.policy_save, name="console-policy-save"),
+    path(f"{T}/access/members", views_access.member_add, name="console-member-add"),
+    path(
+        f"{T}/access/service-accounts",
+        views_access.service_account_create,
+        name="console-sa-create",
+    ),
+    path(f"{T}/access/roles", views_access.role_create, name="console-role-create"),
+    path(f"{T}/keys/", views_access.keys_page, name="console-keys"),
+    path(f"{T}/keys/new", views_access.key_create, name="console-key-create"),
+    path(f"{T}/keys/<str:key_id>/revoke", views_access.key_revoke, name="console-key-revoke"),
+    path(f"{T}/budgets/", views_manage.budgets_page, name="console-budgets"),
+    path(f"{T}/budgets/new", views_manage.budget_create, name="console-budget-create"),
+    path(f"{T}/budgets/<str:budget_id>/edit", views_manage.budget_edit, name="console-budget-edit"),
+    path(
+        f"{T}/budgets/<str:budget_id>/archive",
+        views_manage.budget_archive,
+        name="console-budget-archive",
+    ),
+    path(
+        f"{T}/budgets/<str:budget_id>/rotate-secret",
+        views_manage.budget_rotate_secret,
+        name="console-budget-rotate",
+    ),
+    path(f"{T}/audit/", views.audit_page, name="console-audit"),
+    path(f"{T}/break-even/", views.breakeven_page, name="console-breakeven"),
     path("login/", auth_views.LoginView.as_view(template_name="frontend/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(next_page="/login/"), name="logout"),
 ]

@@ -8,7 +8,6 @@ them live over the WebSocket and re-fetches over REST on every (re)connect.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import wraps
 
@@ -107,17 +106,7 @@ def platform_overview(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "frontend/platform.html",
-        _context(request, summary=summary, summary_json=json.dumps(summary)),
-    )
-
-
-@platform_page("tenants.list")
-def workers_page(request: HttpRequest) -> HttpResponse:
-    summary = selectors.workers_summary()
-    return render(
-        request,
-        "frontend/workers.html",
-        _context(request, summary=summary, summary_json=json.dumps(summary)),
+        _context(request, summary=summary, top=selectors.platform_top(), page_data=summary),
     )
 
 
@@ -130,19 +119,25 @@ def tenant_overview(request: HttpRequest) -> HttpResponse:
         _context(
             request,
             tenant=request.tenant,
+            held=request.held,
             summary=summary,
-            summary_json=json.dumps(summary),
-            can_manage_caches="caches.update" in request.held,
+            page_data=summary,
+            top_caches=selectors.tenant_top_caches(tenant=request.tenant)
+            if "usage.get" in request.held
+            else None,
         ),
     )
 
 
 @tenant_page("caches.get")
 def cache_page(request: HttpRequest, cache_id: str) -> HttpResponse:
+    from frontend import forms
+
     cache = cache_selectors.cache_get(tenant=request.tenant, cache_id=cache_id)
     if cache is None:
         raise Http404("No such cache.")
     detail = selectors.cache_detail(tenant=request.tenant, cache=cache)
+    errors = getattr(request, "form_errors", None)
     return render(
         request,
         "frontend/cache.html",
@@ -150,7 +145,12 @@ def cache_page(request: HttpRequest, cache_id: str) -> HttpResponse:
             request,
             tenant=request.tenant,
             cache=detail,
-            cache_json=json.dumps(detail),
+            page_data=detail,
+            live=detail["state"] in ("pending", "creating", "active"),
+            form_errors=errors,
+            extend_form=forms.CacheExtendForm(),
+            ttl_form=forms.CacheSetTtlForm(initial={"ttl_seconds": detail["ttl_seconds"]}),
+            policy_form=forms.CachePolicyForm(initial={"ttl_policy": detail["ttl_policy"]}),
             can_update="caches.update" in request.held,
             can_evict="caches.delete" in request.held,
             can_see_usage="usage.get" in request.held,
@@ -165,10 +165,27 @@ def audit_page(request: HttpRequest) -> HttpResponse:
 
 @tenant_page("usage.get")
 def breakeven_page(request: HttpRequest) -> HttpResponse:
-    from caches.catalog import VERTEX_MODELS
-
+    """The calculator opens on a priced model (an unpriced one would only show an error)."""
+    models = selectors.breakeven_models()
     return render(
         request,
         "frontend/breakeven.html",
-        _context(request, tenant=request.tenant, models=sorted(VERTEX_MODELS)),
+        _context(
+            request,
+            tenant=request.tenant,
+            models=models,
+            selected=request.GET.get("model")
+            or next((m["key"] for m in models if m["priced"]), ""),
+        ),
     )
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico whatever the page says; answer with the SVG icon."""
+    from django.contrib.staticfiles import finders
+
+    path = finders.find("frontend/favicon.svg")
+    with open(path, "rb") as handle:
+        response = HttpResponse(handle.read(), content_type="image/svg+xml")
+    response["Cache-Control"] = "public, max-age=86400"
+    return response

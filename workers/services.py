@@ -10,7 +10,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from audit.services import audit_record
-from audit.snapshot import EMPTY, diff, model_snapshot
+from audit.snapshot import EMPTY, diff, model_snapshot, values_snapshot
 from tenants.actor import Actor
 from workers.models import Worker, WorkerState
 
@@ -55,6 +55,50 @@ def worker_register(
         changes=diff(before, model_snapshot(worker)),
     )
     return worker
+
+
+def worker_set_draining(*, actor: Actor, worker: Worker, draining: bool) -> Worker:
+    """Stop (or resume) routing new requests to a worker; its caches stay where they are.
+
+    The gateway routes to healthy workers only, so a draining worker finishes what it has.
+    Probes keep a healthy draining worker draining. Audited as ``workers.worker.drain``.
+    """
+    with transaction.atomic():
+        locked = Worker.objects.select_for_update().get(pk=worker.pk)
+        before = locked.state
+        locked.state = WorkerState.DRAINING if draining else WorkerState.HEALTHY
+        locked.save(update_fields=["state", "updated_at"])
+        audit_record(
+            actor=actor,
+            action="workers.worker.drain" if draining else "workers.worker.undrain",
+            tenant=None,
+            target_type="worker",
+            target_id=str(locked.pk),
+            changes=diff(
+                values_snapshot({"state": before}), values_snapshot({"state": locked.state})
+            ),
+        )
+    return locked
+
+
+def worker_remove(*, actor: Actor, worker: Worker) -> None:
+    """Deregister a worker (a running process re-registers itself when it restarts).
+
+    Audited as ``workers.worker.remove``.
+    """
+    with transaction.atomic():
+        audit_record(
+            actor=actor,
+            action="workers.worker.remove",
+            tenant=None,
+            target_type="worker",
+            target_id=str(worker.pk),
+            changes=diff(model_snapshot(worker), EMPTY),
+        )
+        Worker.objects.filter(pk=worker.pk).delete()
+    from workers.kv_index import worker_forget
+
+    worker_forget(worker.name)  # routing hook: a removed worker leaves the KV index at once
 
 
 #: Metric samples copied into ``Worker.metrics`` (vLLM names).

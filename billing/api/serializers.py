@@ -21,6 +21,7 @@ from billing.models import (
     Provider,
     UsageRecord,
 )
+from controlplane.display_text import display_text_validator
 
 
 # A pattern, not an enum: drf-spectacular names enums after the field, and the caches
@@ -329,7 +330,7 @@ class BudgetSecretOut(BudgetOut):
 
 
 class BudgetCreateInput(serializers.Serializer):
-    name = serializers.CharField(max_length=100)
+    name = serializers.CharField(max_length=100, validators=[display_text_validator])
     period = serializers.CharField(max_length=16, help_text="day, month or custom (UTC).")
     limit_micros = serializers.IntegerField(help_text="Integer micro-USD (1 USD = 1000000).")
     thresholds = serializers.ListField(
@@ -348,7 +349,9 @@ class BudgetCreateInput(serializers.Serializer):
 
 
 class BudgetUpdateInput(serializers.Serializer):
-    name = serializers.CharField(max_length=100, required=False)
+    name = serializers.CharField(
+        max_length=100, required=False, validators=[display_text_validator]
+    )
     limit_micros = serializers.IntegerField(required=False)
     thresholds = serializers.ListField(
         child=serializers.IntegerField(), required=False, max_length=50

@@ -18,6 +18,16 @@ urlpatterns = [
         name="tenant-console-cache",
     ),
     path(
+        "tenants/<slug:tenant>/console/series",
+        TenantConsoleViewSet.as_view({"get": "series"}),
+        name="tenant-console-series",
+    ),
+    path(
+        "platform/console/series",
+        PlatformConsoleViewSet.as_view({"get": "series"}),
+        name="platform-console-series",
+    ),
+    path(
         "platform/console/summary",
         PlatformConsoleViewSet.as_view({"get": "summary"}),
         name="platform-console-summary",

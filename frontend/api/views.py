@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -19,7 +19,7 @@ class TenantConsoleViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     """The tenant page's data, filtered by the caller's permissions."""
 
     audit_entity = "frontend.console"
-    action_permissions = {"summary": MEMBER, "cache": "caches.get"}
+    action_permissions = {"summary": MEMBER, "cache": "caches.get", "series": "usage.get"}
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def summary(self, request: Request, tenant: str) -> Response:
@@ -32,15 +32,39 @@ class TenantConsoleViewSet(TenantScopedMixin, viewsets.GenericViewSet):
             raise CacheNotFound("No such cache.")
         return Response(selectors.cache_detail(tenant=self.tenant, cache=cache))
 
+    @extend_schema(
+        parameters=[OpenApiParameter("range", str, enum=list(selectors.RANGES))],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def series(self, request: Request, tenant: str) -> Response:
+        """Hit rate, requests, spend and savings per bucket, from the rollups."""
+        return Response(
+            selectors.usage_series(
+                tenant_ids=[self.tenant.pk], range_key=request.query_params.get("range", "1h")
+            )
+        )
+
 
 @extend_schema(tags=["console"])
 class PlatformConsoleViewSet(PlatformMixin, viewsets.GenericViewSet):
     """The platform overview's data."""
 
     audit_entity = "frontend.console"
-    action_permissions = {"summary": "tenants.list"}
+    action_permissions = {"summary": "tenants.list", "series": "tenants.list"}
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def summary(self, request: Request) -> Response:
         page = request.query_params.get("page", "1")
         return Response(selectors.platform_summary(page=int(page) if page.isdigit() else 1))
+
+    @extend_schema(
+        parameters=[OpenApiParameter("range", str, enum=list(selectors.RANGES))],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def series(self, request: Request) -> Response:
+        """The fleet's series (every tenant: platform principals only)."""
+        return Response(
+            selectors.usage_series(
+                tenant_ids=None, range_key=request.query_params.get("range", "1h")
+            )
+        )

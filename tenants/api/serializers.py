@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from controlplane.display_text import display_text_validator
 from tenants.models import SLUG_VALIDATOR, ApiKey, Principal, Role, RoleBinding, Tenant
 
 
@@ -25,18 +26,20 @@ class TenantOut(serializers.ModelSerializer):
 
 class TenantCreateInput(serializers.Serializer):
     slug = serializers.CharField(max_length=40, validators=[SLUG_VALIDATOR])
-    display_name = serializers.CharField(max_length=200)
+    display_name = serializers.CharField(max_length=200, validators=[display_text_validator])
     admin = serializers.UUIDField(
         required=False, allow_null=True, help_text="Human principal bound as tenant admin."
     )
 
 
 class TenantUpdateInput(serializers.Serializer):
-    display_name = serializers.CharField(max_length=200)
+    display_name = serializers.CharField(max_length=200, validators=[display_text_validator])
 
 
 class TenantStateInput(serializers.Serializer):
-    reason = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    reason = serializers.CharField(
+        max_length=500, required=False, allow_blank=True, validators=[display_text_validator]
+    )
 
 
 class PrincipalOut(serializers.ModelSerializer):
@@ -59,8 +62,10 @@ class HumanCreateInput(serializers.Serializer):
 
 
 class ServiceAccountCreateInput(serializers.Serializer):
-    name = serializers.CharField(max_length=40)
-    description = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    name = serializers.CharField(max_length=40, validators=[display_text_validator])
+    description = serializers.CharField(
+        max_length=500, required=False, allow_blank=True, validators=[display_text_validator]
+    )
 
 
 class RoleOut(serializers.ModelSerializer):
@@ -77,8 +82,10 @@ class RoleOut(serializers.ModelSerializer):
 
 class RoleCreateInput(serializers.Serializer):
     name = serializers.RegexField(r"^[a-zA-Z][a-zA-Z0-9_.-]{2,63}$", max_length=64)
-    title = serializers.CharField(max_length=200)
-    description = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    title = serializers.CharField(max_length=200, validators=[display_text_validator])
+    description = serializers.CharField(
+        max_length=500, required=False, allow_blank=True, validators=[display_text_validator]
+    )
     permissions = serializers.ListField(
         child=serializers.CharField(max_length=64), min_length=1, max_length=64
     )
@@ -142,7 +149,7 @@ class ApiKeyOut(serializers.ModelSerializer):
 
 
 class ApiKeyCreateInput(serializers.Serializer):
-    name = serializers.CharField(max_length=100)
+    name = serializers.CharField(max_length=100, validators=[display_text_validator])
     principal = serializers.UUIDField(
         required=False,
         allow_null=True,

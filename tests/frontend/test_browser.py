@@ -2,66 +2,24 @@
 
 Live server: the real ASGI stack (Django pages, the gateway, Channels over channels-redis)
 under uvicorn; traffic through the gateway from the OpenAI SDK; cache creation by a real
-Celery worker. Screenshots of the main pages land in frontend/screenshots/ for the README.
+Celery worker. Every page visited is checked for console errors and with axe-core.
+Screenshots are not taken here (the suite never rewrites tracked files): see
+``cacheplane screenshots``.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
 import openai
 import pytest
 
+from audit.models import AuditEvent
 from tests.conftest import REF_MODEL
+from tests.frontend.conftest import PASSWORD
 
-CHROMIUM = "/usr/bin/chromium"
-SHOTS = Path(__file__).resolve().parents[2] / "frontend" / "screenshots"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
-
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian chromium is not installed"),
-]
-PASSWORD = "console-test-password-1"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API keeps an event loop running on this thread, which makes
-    # Django refuse ORM calls from the test body; the test's own queries are synchronous
-    # and safe, so the documented escape hatch applies (scoped to this module).
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-
-    from controlplane.assets import ensure_assets
-
-    ensure_assets()
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield instance
-        instance.close()
-    if previous is None:
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    else:
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    yield page
-    context.close()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+FAQ = "You answer from the Acme FAQ and cite the section you used. " * 80
 
 
 def _user(username: str, role: str | None, tenant):
@@ -73,36 +31,370 @@ def _user(username: str, role: str | None, tenant):
     return user
 
 
-def _login(page, url: str, username: str) -> None:
-    page.goto(f"{url}/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+def _platform_admin(username: str = "ops"):
+    return _user(username, "platform.admin", None)
 
 
-def _live(page) -> None:
-    page.wait_for_selector("#live-status.on", timeout=15_000)
+def _actions(**filters) -> set[str]:
+    return set(AuditEvent.objects.filter(**filters).values_list("action", flat=True))
 
 
-def test_login_and_see_the_platform_overview(page, live_server_url, ref_workers, tenant_keys):
-    from tests.factories import bind
+def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser(console) -> None:
+    from billing.models import Budget
+    from caches.models import CacheObject
+    from tenants.models import ApiKey, Tenant
 
-    admin = _user("ops", None, None)
-    bind(admin, "platform.admin", None)
-    _login(page, live_server_url, "ops")
-    page.wait_for_url(re.compile(r".*/platform/$"))
-    assert page.locator("h1").inner_text() == "Platform overview"
-    assert page.locator("#tenants-table").inner_text().lower().count("gw-") >= 2
-    _live(page)
-    page.screenshot(path=str(SHOTS / "platform-overview.png"), full_page=True)
-    page.goto(f"{live_server_url}/platform/workers/")
-    assert "gw0" in page.locator("#workers-table").inner_text()
-    page.screenshot(path=str(SHOTS / "workers.png"), full_page=True)
+    _platform_admin()
+    console.login("ops")
+    console.wait_for_url(re.compile(r".*/platform/$"))
+    console.check()
+    console.go("/platform/tenants/")
+    console.check()
+    console.fill("#tenant-form [name=slug]", "shop")
+    console.fill("#tenant-form [name=display_name]", "Shop Inc")
+    console.fill("#tenant-form [name=admin]", "ops")
+    console.click("#tenant-form button[type=submit]")
+    assert "Tenant Shop Inc created." in console.locator(".flash").inner_text()
+    assert Tenant.objects.get(slug="shop").display_name == "Shop Inc"
+    console.fill("#human-form [name=username]", "shop-dev")
+    console.fill("#human-form [name=password]", "a-long-password-123")
+    console.click("#human-form button[type=submit]")
+    console.locator(".flash").wait_for()
+
+    console.go("/t/shop/access/")
+    console.check()
+    console.fill("#member-form [name=principal]", "shop-dev")
+    console.select_option("#member-form [name=role]", "tenant.developer")
+    console.click("#member-form button[type=submit]")
+    assert "shop-dev is now tenant.developer." in console.locator(".flash").inner_text()
+    assert "shop-dev" in console.locator("#bindings-table").inner_text()
+    console.fill("#account-form [name=name]", "shop-app")
+    console.click("#account-form button[type=submit]")
+    console.locator(".flash").wait_for()
+
+    console.go("/t/shop/keys/")
+    console.check()
+    console.fill("#key-form [name=name]", "checkout")
+    console.select_option("#key-form [name=principal]", label="sa.shop.shop-app")
+    console.click("#key-form button[type=submit]")
+    secret = console.locator("#new-key").input_value()
+    key = ApiKey.objects.get(name="checkout")
+    assert secret.startswith(key.prefix) and key.principal.username == "sa.shop.shop-app"
+    assert secret not in console.locator("#keys-table").inner_text()  # shown once, apart
+    console.check()
+
+    console.go("/t/shop/budgets/")
+    console.check()
+    console.fill("#budget-form [name=name]", "monthly")
+    console.fill("#budget-form [name=limit_usd]", "50")
+    console.click("#budget-form button[type=submit]")
+    assert console.locator("#new-secret").input_value()
+    assert Budget.objects.get(name="monthly").limit_micros == 50_000_000
+    assert console.locator("#rate-limits").count() == 1
+    console.check()
+
+    console.go("/t/shop/caches/new/")
+    console.check()
+    console.fill("#cache-form [name=name]", "faq")
+    console.select_option("#cache-form [name=provider]", "vertex")
+    console.fill("#cache-form [name=model]", "gemini-2.5-flash")
+    console.fill("#cache-form [name=system_instruction]", FAQ + " Today is 2026-01-05.")
+    console.click("#cache-form button[name=preview]")
+    assert "date" in console.locator("#cache-preview").inner_text().lower()
+    assert not CacheObject.objects.filter(name="faq").exists()  # a preview writes nothing
+    console.check()
+    console.fill("#cache-form [name=system_instruction]", FAQ)
+    console.click("#cache-form button[name=create]")
+    console.wait_for_url(re.compile(r".*/t/shop/caches/[0-9a-f-]+/$"))
+    assert console.locator("#cache-state").inner_text() in ("pending", "creating")
+    console.check()
+    shop = Tenant.objects.get(slug="shop")
+    assert {
+        "tenants.policy.set",
+        "tenants.service_account.create",
+        "tenants.api_key.create",
+        "billing.budget.create",
+        "caches.cache.create",
+    } <= _actions(tenant=shop, outcome="success", auth_method="session")
+    assert {"tenants.tenant.create", "tenants.principal.create"} <= _actions(outcome="success")
 
 
-def test_gateway_traffic_moves_hit_rate_and_spend_live(
-    page, live_server_url, ref_workers, tenant_keys
-):
+def test_bad_input_is_shown_next_to_its_field_and_nothing_is_written(console) -> None:
+    from billing.models import Budget
+    from tenants.models import Tenant
+    from tests.factories import TenantFactory
+
+    tenant = TenantFactory(slug="acme")
+    _user("acme-admin", "tenant.admin", tenant)
+    _platform_admin()
+    console.login("ops")
+    console.go("/platform/tenants/")
+    console.fill("#tenant-form [name=slug]", "Not A Slug!")
+    console.fill("#tenant-form [name=display_name]", "<b>Bold</b>")
+    console.click("#tenant-form button[type=submit]")
+    slug_error = console.locator("#tenant-form .field.has-error:has([name=slug]) .field-error")
+    name_error = console.locator(
+        "#tenant-form .field.has-error:has([name=display_name]) .field-error"
+    )
+    assert slug_error.count() == 1 and "angle brackets" in name_error.inner_text()
+    assert Tenant.objects.count() == 1
+    console.errors.clear()  # the 400 response itself is logged by the browser
+    console.check()
+    console.go("/t/acme/budgets/")
+    console.fill("#budget-form [name=name]", "ok")
+    console.fill("#budget-form [name=limit_usd]", "10")
+    console.fill("#budget-form [name=thresholds]", "50, 500")
+    console.click("#budget-form button[type=submit]")
+    assert console.locator("#budget-form .field-error").count() >= 1
+    assert not Budget.objects.exists()
+
+
+def test_the_iam_editor_shows_an_etag_conflict_and_saving_again_resolves_it(console) -> None:
+    from tenants.services import iam
+    from tests.factories import HumanFactory, TenantFactory, actor_for
+
+    tenant = TenantFactory(slug="acme")
+    admin = _user("acme-admin", "tenant.admin", tenant)
+    dev = HumanFactory(username="dev1")
+    other = HumanFactory(username="dev2")
+    policy = iam.policy_get(tenant=tenant)
+    specs = [
+        iam.BindingSpec(role=b.role.name, principal_id=str(b.principal_id)) for b in policy.bindings
+    ]
+    iam.policy_set(
+        actor=actor_for(admin),
+        tenant=tenant,
+        etag=policy.etag,
+        bindings=[*specs, iam.BindingSpec(role="tenant.viewer", principal_id=str(dev.pk))],
+    )
+    console.login("acme-admin")
+    console.go("/t/acme/access/")
+    row = console.locator("#bindings-table tr", has_text="dev1")
+    row.locator("select").select_option("tenant.developer")
+    # Someone else saves in between: the editor's etag is now stale.
+    tenant.refresh_from_db()
+    current = iam.policy_get(tenant=tenant)
+    iam.policy_set(
+        actor=actor_for(admin),
+        tenant=tenant,
+        etag=current.etag,
+        bindings=[
+            *[
+                iam.BindingSpec(role=b.role.name, principal_id=str(b.principal_id))
+                for b in current.bindings
+            ],
+            iam.BindingSpec(role="tenant.viewer", principal_id=str(other.pk)),
+        ],
+    )
+    with console.expect_response(lambda r: r.url.endswith("/access/policy")) as info:
+        console.click("#btn-save-policy")
+    assert info.value.status == 409
+    banner = console.locator("#etag-conflict")
+    assert "changed this policy" in banner.inner_text() and "dev2" in banner.inner_text()
+    assert _role_of(tenant, "dev1") == "tenant.viewer"  # nothing was saved
+    console.errors.clear()
+    console.check()
+    console.click("#btn-save-policy")  # saving again is the explicit decision to overwrite
+    assert "Policy saved" in console.locator(".flash").inner_text()
+    assert _role_of(tenant, "dev1") == "tenant.developer"
+    assert _role_of(tenant, "dev2") is None
+
+
+def _role_of(tenant, username: str) -> str | None:
+    from tenants.models import RoleBinding
+
+    binding = RoleBinding.objects.filter(tenant=tenant, principal__username=username).first()
+    return binding.role.name if binding else None
+
+
+def test_keys_revoke_and_cache_actions_follow_the_cache_state(console) -> None:
+    from caches.models import CacheObject
+    from tenants.services import keys
+    from tests.factories import TenantFactory, actor_for
+
+    tenant = TenantFactory(slug="acme")
+    admin = _user("acme-admin", "tenant.admin", tenant)
+    issued = keys.api_key_create(actor=actor_for(admin), tenant=tenant, name="old")
+    active = CacheObject.objects.create(
+        tenant=tenant,
+        name="kb",
+        provider="vllm",
+        model=REF_MODEL,
+        content={},
+        content_digest="a" * 64,
+        ttl_seconds=600,
+        state="active",
+    )
+    gone = CacheObject.objects.create(
+        tenant=tenant,
+        name="old-kb",
+        provider="vllm",
+        model=REF_MODEL,
+        content={},
+        content_digest="b" * 64,
+        ttl_seconds=600,
+        state="evicted",
+    )
+    console.login("acme-admin")
+    console.go("/t/acme/keys/")
+    console.locator(f"tr[data-key='{issued.key.pk}'] button").click()
+    assert "revoked" in console.locator(f"tr[data-key='{issued.key.pk}']").inner_text()
+    console.go(f"/t/acme/caches/{gone.pk}/")
+    assert console.locator("#cache-actions").count() == 0
+    assert console.locator("#cache-countdown").inner_text() == "ended"
+    console.check()
+    console.go(f"/t/acme/caches/{active.pk}/")
+    console.check()
+    console.fill("[name=extend_by]", "600")
+    console.click("#btn-extend")
+    assert "Extending kb" in console.locator(".flash").inner_text()
+    console.fill("[name=ttl_seconds]", str(10**9))
+    console.click("#btn-set-ttl")
+    assert "platform maximum" in console.locator(".form-errors").inner_text()  # refused
+    console.errors.clear()
+    assert {"tenants.api_key.revoke", "caches.cache.extend_ttl"} <= _actions(tenant=tenant)
+
+
+def test_a_viewer_sees_no_forms_and_its_posts_are_refused_and_audited(console) -> None:
+    from tests.factories import TenantFactory
+
+    tenant = TenantFactory(slug="acme")
+    _user("acme-viewer", "tenant.viewer", tenant)
+    console.login("acme-viewer")
+    for path, form in (
+        ("/t/acme/access/", "#policy-form"),
+        ("/t/acme/keys/", "#key-form"),
+        ("/t/acme/budgets/", "#budget-form"),
+    ):
+        console.go(path)
+        assert console.locator(form).count() == 0, path
+        console.check()
+    assert console.go("/t/acme/caches/new/").status == 403
+    assert console.locator("h1").inner_text() == "Not allowed"  # styled, inside the layout
+    console.errors.clear()
+    console.go("/t/acme/keys/")
+    status = console.evaluate("""async () => {
+        const csrf = document.cookie.match(/csrftoken=([^;]+)/)[1];
+        const body = new URLSearchParams({name: 'sneaky', csrfmiddlewaretoken: csrf});
+        return (await fetch('/t/acme/keys/new', {method: 'POST', body})).status; }""")
+    assert status == 403
+    assert AuditEvent.objects.filter(tenant=tenant, outcome="denied").exists()
+    from tenants.models import ApiKey
+
+    assert not ApiKey.objects.filter(name="sneaky").exists()
+
+
+def test_platform_prices_and_workers_are_managed_from_the_browser(console) -> None:
+    from billing.models import ModelPrice
+    from workers.models import Worker
+
+    _platform_admin()
+    console.login("ops")
+    console.go("/platform/prices/")
+    console.check()
+    form = "#price-form"
+    console.select_option(f"{form} [name=provider]", "vertex")
+    console.fill(f"{form} [name=model]", "gemini-2.5-flash")
+    for name, value in (
+        ("input_per_mtok", "0.30"),
+        ("cached_input_per_mtok", "0.03"),
+        ("output_per_mtok", "2.50"),
+        ("storage_per_mtok_hour", "1.00"),
+    ):
+        console.fill(f"{form} [name={name}]", value)
+    console.fill(f"{form} [name=source]", "https://cloud.google.com/vertex-ai/pricing")
+    console.click(f"{form} button[type=submit]")
+    price = ModelPrice.objects.get(model="gemini-2.5-flash")
+    console.click(f"tr[data-price='{price.pk}'] a")
+    console.fill("#correct-form [name=output_per_mtok]", "2.00")
+    console.fill("#correct-form [name=note]", "typo in output rate")
+    console.click("#correct-form button[type=submit]")
+    assert "corrected" in console.locator(".flash").inner_text()
+    assert ModelPrice.objects.filter(model="gemini-2.5-flash").count() == 2
+    console.check()
+
+    console.go("/platform/workers/")
+    console.fill("#worker-form [name=name]", "gpu-7")
+    console.fill("#worker-form [name=base_url]", "http://10.0.0.7:8000")
+    console.fill("#worker-form [name=model]", "meta/llama")
+    console.click("#worker-form button[type=submit]")
+    console.locator("tr[data-worker='gpu-7'] button", has_text="Drain").click()
+    assert Worker.objects.get(name="gpu-7").state == "draining"
+    console.check()
+    console.locator("tr[data-worker='gpu-7'] button", has_text="Remove").click()
+    assert not Worker.objects.filter(name="gpu-7").exists()
+    assert {
+        "billing.price.create",
+        "billing.price.correct",
+        "workers.worker.register",
+        "workers.worker.drain",
+        "workers.worker.remove",
+    } <= _actions(outcome="success")
+
+
+def test_error_pages_are_styled_and_the_favicon_is_served(console) -> None:
+    response = console.go("/no/such/page/")
+    assert response.status == 404 and console.locator("h1").inner_text() == "Not found"
+    assert console.go("/favicon.ico").status == 200
+    console.errors.clear()  # the 404 itself
+
+
+def test_script_payloads_in_every_free_text_field_never_run(console) -> None:
+    """Stored as if written before validation existed (the API now refuses them)."""
+    from billing.models import Budget
+    from caches.models import CacheObject
+    from tenants.models import ApiKey, Role
+    from tenants.services import keys
+    from tests.factories import ServiceAccountFactory, TenantFactory, actor_for, bind
+
+    payload = '</script><script>window.__xss=1</script><img src=x onerror="window.__xss=1">'
+    tenant = TenantFactory(slug="acme", display_name=payload)
+    admin = _platform_admin()
+    bind(admin, "tenant.admin", tenant)
+    account = ServiceAccountFactory(tenant=tenant, description=payload)
+    issued = keys.api_key_create(actor=actor_for(admin), tenant=tenant, name="k", principal=None)
+    ApiKey.objects.filter(pk=issued.key.pk).update(name=payload)
+    Role.objects.create(
+        tenant=tenant,
+        name="custom.x",
+        title=payload,
+        description=payload,
+        scope="tenant",
+        permissions=["caches.get"],
+    )
+    budget = Budget.objects.create(
+        tenant=tenant, name=payload, period="month", limit_micros=1, thresholds=[50]
+    )
+    assert budget.pk
+    cache = CacheObject.objects.create(
+        tenant=tenant,
+        name=payload,
+        provider="vllm",
+        model=REF_MODEL,
+        content={},
+        content_digest="c" * 64,
+        ttl_seconds=600,
+        state="active",
+    )
+    assert account.pk
+    console.login("ops")
+    for path in (
+        "/platform/",
+        "/platform/tenants/",
+        "/t/acme/",
+        "/t/acme/access/",
+        "/t/acme/keys/",
+        "/t/acme/budgets/",
+        f"/t/acme/caches/{cache.pk}/",
+        "/t/acme/audit/",
+    ):
+        console.go(path)
+        console.wait_for_load_state("load")
+        assert console.evaluate("window.__xss") is None, path
+        assert console.locator("img[src=x]").count() == 0, path
+
+
+def test_gateway_traffic_moves_hit_rate_and_spend_live(console, ref_workers, tenant_keys) -> None:
     from billing.services.prices import pool_price_create
     from billing.services.usage import usage_flush
     from tests.factories import actor_for
@@ -120,101 +412,95 @@ def test_gateway_traffic_moves_hit_rate_and_spend_live(
     )
     acme = tenant_keys["gw-acme"]
     _user("acme-admin", "tenant.admin", acme["tenant"])
-    _login(page, live_server_url, "acme-admin")
-    page.wait_for_url(re.compile(r".*/t/gw-acme/$"))
-    _live(page)
-    assert page.locator("#tile-live-requests").inner_text() == "0"
-    client = openai.OpenAI(base_url=f"{live_server_url}/v1", api_key=acme["key"], max_retries=0)
+    console.login("acme-admin")
+    console.wait_for_url(re.compile(r".*/t/gw-acme/$"))
+    console.wait_for_selector("#live-status.on", timeout=15_000)
+    assert console.locator("#tile-live-requests").inner_text() == "0"
+    client = openai.OpenAI(base_url=f"{console.base}/v1", api_key=acme["key"], max_retries=0)
     prompt = "Explain our refund policy to a customer, step by step. " * 10
     for _ in range(4):
         client.chat.completions.create(
             model=REF_MODEL, max_tokens=2, messages=[{"role": "user", "content": prompt}]
         )
-    page.wait_for_function(
-        "Number(document.getElementById('tile-live-requests').textContent) >= 4", timeout=15_000
+    console.wait_until("Number(document.getElementById('tile-live-requests').textContent) >= 4")
+    series = "window.Chart.getChart('hit-chart').data.datasets.map(d => d.data.length)"
+    assert all(n >= 1 for n in console.evaluate(series))  # available, routed, delivered
+    delivered = console.evaluate(
+        "window.Chart.getChart('hit-chart').data.datasets[2].data.map(p => p.y)"
     )
-    points = page.evaluate("window.Chart.getChart('hit-chart').data.datasets[2].data")
-    assert any(p and p > 0 for p in points), points  # the delivered hit rate rose
+    assert any(p and p > 0 for p in delivered), delivered
+    console.reload()  # the live series survive a reload: still three, not one
+    console.wait_until("window.Chart && window.Chart.getChart('hit-chart')")
+    assert all(n >= 1 for n in console.evaluate(series))
+    assert console.evaluate("window.Chart.getChart('hit-chart').options.scales.x.type") == "time"
     usage_flush()
-    page.wait_for_function(
-        "document.getElementById('tile-spent').textContent !== '$0.0000'", timeout=15_000
+    console.click("[data-range='1h']")
+    console.wait_until(
+        "window.Chart.getChart('hit-chart').data.datasets[2].data.some(p => p.y > 0)"
     )
-    page.screenshot(path=str(SHOTS / "tenant.png"), full_page=True)
+    console.wait_until("document.getElementById('tile-spent').textContent !== '$0.00'")
+    console.check()
 
 
-def test_create_a_cache_and_watch_it_go_pending_to_active(
-    page, live_server_url, ref_workers, tenant_keys
-):
+def test_create_a_cache_in_the_form_and_watch_it_go_pending_to_active(
+    console, ref_workers, tenant_keys
+) -> None:
     from celery.contrib.testing.worker import start_worker
 
     from controlplane.celery import app
 
     acme = tenant_keys["gw-acme"]
     _user("acme-admin", "tenant.admin", acme["tenant"])
-    _login(page, live_server_url, "acme-admin")
-    page.wait_for_url(re.compile(r".*/t/gw-acme/$"))
-    _live(page)
-    create = page.evaluate("""async () => {
-        const csrf = document.cookie.match(/csrftoken=([^;]+)/)[1];
-        const r = await fetch('/api/v1/tenants/gw-acme/caches', {method: 'POST',
-          headers: {'Content-Type': 'application/json', 'X-CSRFToken': csrf},
-          body: JSON.stringify({name: 'faq', provider: 'vllm', model: 'test/ref-tiny',
-            content: {system_instruction: 'You answer from the Acme FAQ. '.repeat(20)}})});
-        return [r.status, await r.json()];
-    }""")
-    assert create[0] == 202, create
-    row = page.locator(f"tr[data-cache='{create[1]['cache']}'] [data-role=state]")
-    row.wait_for(timeout=10_000)
-    assert row.inner_text() == "pending"
+    console.login("acme-admin")
+    console.go("/t/gw-acme/caches/new/")
+    console.fill("#cache-form [name=name]", "faq")
+    console.select_option("#cache-form [name=provider]", "vllm")
+    console.fill("#cache-form [name=model]", REF_MODEL)
+    console.fill("#cache-form [name=system_instruction]", "You answer from the Acme FAQ. " * 20)
+    console.click("#cache-form button[name=create]")
+    console.wait_for_url(re.compile(r".*/caches/[0-9a-f-]+/$"))
+    console.wait_for_selector("#live-status.on", timeout=15_000)
+    assert console.locator("#cache-state").inner_text() == "pending"
     with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
-        page.wait_for_function(
-            f"document.querySelector(\"tr[data-cache='{create[1]['cache']}'] [data-role=state]\")"
-            ".textContent === 'active'",
-            timeout=30_000,
+        console.wait_until(
+            "document.getElementById('cache-state').textContent === 'active'", timeout=30
         )
-    page.goto(f"{live_server_url}/t/gw-acme/caches/{create[1]['cache']}/")
-    assert page.locator("#cache-state").inner_text() == "active"
-    assert "creating" in page.locator("#timeline").inner_text()
-    page.screenshot(path=str(SHOTS / "cache.png"), full_page=True)
+    assert "creating" in console.locator("#timeline").inner_text()
+    console.check()
 
 
-def test_a_viewer_cannot_evict(page, live_server_url, ref_workers, tenant_keys):
-    from caches.models import CacheObject
+def test_audit_exports_download_from_the_page_in_every_format(console) -> None:
+    from celery.contrib.testing.worker import start_worker
 
-    acme = tenant_keys["gw-acme"]
-    cache = CacheObject.objects.create(
-        tenant=acme["tenant"],
-        name="kb",
-        provider="vllm",
-        model=REF_MODEL,
-        content={},
-        content_digest="a" * 64,
-        ttl_seconds=600,
-        state="active",
-    )
-    _user("acme-viewer", "tenant.viewer", acme["tenant"])
-    _login(page, live_server_url, "acme-viewer")
-    page.goto(f"{live_server_url}/t/gw-acme/caches/{cache.pk}/")
-    assert page.locator("#btn-evict").count() == 0
-    status = page.evaluate(f"""async () => {{
-        const csrf = document.cookie.match(/csrftoken=([^;]+)/)[1];
-        const r = await fetch('/api/v1/tenants/gw-acme/caches/{cache.pk}/evict',
-          {{method: 'POST', headers: {{'X-CSRFToken': csrf}}}});
-        return r.status; }}""")
-    assert status == 403
-    cache.refresh_from_db()
-    assert cache.state == "active"
+    from controlplane.celery import app
+    from tests.factories import TenantFactory
+
+    tenant = TenantFactory(slug="acme")
+    _user("acme-admin", "tenant.admin", tenant)
+    console.login("acme-admin")
+    console.go("/t/acme/audit/")
+    console.wait_for_selector("#audit-table tbody tr")
+    console.check()
+    with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+        for fmt in ("jsonl", "csv", "ocsf"):
+            console.select_option("#f-format", fmt)
+            console.click("#export-button")
+            link = console.locator("#export-download")
+            link.wait_for(timeout=30_000)
+            assert fmt.upper() in link.inner_text()
+            href = link.get_attribute("href")
+            status = console.evaluate(f"async () => (await fetch({href!r})).status")
+            assert status == 200, fmt
+            console.evaluate("document.getElementById('export-status').textContent = ''")
+    assert "pending: download" not in console.content()
 
 
-def test_a_user_of_tenant_b_sees_nothing_of_tenant_a(
-    page, live_server_url, ref_workers, tenant_keys
-):
+def test_a_user_of_tenant_b_sees_nothing_of_tenant_a(console, tenant_keys) -> None:
     _user("globex-admin", "tenant.admin", tenant_keys["gw-globex"]["tenant"])
-    _login(page, live_server_url, "globex-admin")
-    page.wait_for_url(re.compile(r".*/t/gw-globex/$"))
-    options = page.locator("#tenant-switcher option").all_inner_texts()
+    console.login("globex-admin")
+    console.wait_for_url(re.compile(r".*/t/gw-globex/$"))
+    options = console.locator("#tenant-switcher option").all_inner_texts()
     assert not any("acme" in o.lower() for o in options)
-    response = page.goto(f"{live_server_url}/t/gw-acme/")
-    assert response.status == 404
-    api = page.goto(f"{live_server_url}/api/v1/tenants/gw-acme/console/summary")
-    assert api.status == 404
+    assert console.go("/t/gw-acme/").status == 404
+    assert console.go("/t/gw-acme/access/").status == 404
+    assert console.go("/api/v1/tenants/gw-acme/console/summary").status == 404

@@ -61,7 +61,8 @@ def test_tenant_page_shows_caches_spend_members_and_actions_for_admins(admin_a, 
     assert page.status_code == 200
     html = page.content.decode()
     assert "Caches" in html and "kb" in html and "Spent this month" in html
-    assert "Members and bindings" in html
+    assert f"/t/{tenant_a.slug}/access/" in html  # members and bindings live on Access
+    assert "Members and role bindings" in client.get(f"/t/{tenant_a.slug}/access/").content.decode()
     detail = client.get(f"/t/{tenant_a.slug}/caches/{cache.pk}/").content.decode()
     assert 'id="btn-evict"' in detail and 'id="btn-extend"' in detail
 

@@ -1,10 +1,16 @@
 // Cacheplane console: live updates over the WebSocket, REST re-fetch on (re)connect,
-// countdowns, charts (Chart.js from npm) and confirmed actions through the REST API.
+// countdowns, charts on a real time axis (Chart.js + date-fns adapter, both from npm),
+// confirmations and copy buttons for the server-rendered forms. No inline script anywhere
+// (the CSP forbids it): page data arrives through a json_script block.
 (function () {
   "use strict";
   const page = document.getElementById("page");
   const kind = page ? page.dataset.page : null;
-  const state = { chart: null, live: { requests: 0 }, lastEventAt: null };
+  const dataEl = document.getElementById("page-data");
+  const initial = dataEl ? JSON.parse(dataEl.textContent) : null;
+  const state = { chart: null, spendChart: null, kvChart: null, range: "live", live: { requests: 0 } };
+  const LIVE_KEEP_MS = 10 * 60 * 1000;
+  const KV_KEEP_MS = 30 * 60 * 1000;
 
   function csrfToken() {
     const m = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
@@ -19,84 +25,230 @@
     toast.timer = setTimeout(() => { el.className = "toast"; }, 4000);
   }
   function setText(id, text) { const el = document.getElementById(id); if (el) el.textContent = text; }
-  function usd(v) { return "$" + Number(v || 0).toFixed(v >= 1 ? 2 : 4); }
+  function usd(v) { const n = Number(v || 0); return "$" + n.toFixed(n !== 0 && Math.abs(n) < 1 ? 4 : 2); }
   function pct(v) { return v === null || v === undefined ? "—" : Math.round(v * 100) + " %"; }
   async function getJSON(url) {
     const r = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
     if (!r.ok) throw new Error(url + " → " + r.status);
     return r.json();
   }
+  async function postJSON(url, body) {
+    const r = await fetch(url, {
+      method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
+      body: JSON.stringify(body),
+    });
+    return [r.ok, await r.json().catch(() => ({}))];
+  }
+  function humanTime(iso) {
+    const d = new Date(iso);
+    if (isNaN(d)) return "—";
+    const s = Math.round((d - Date.now()) / 1000), a = Math.abs(s);
+    let text;
+    if (a < 45) text = s > 0 ? "in a few seconds" : "just now";
+    else {
+      const [n, u] = a < 3600 ? [Math.round(a / 60), "min"] : a < 86400 ? [Math.round(a / 3600), "h"] : [Math.round(a / 86400), "d"];
+      text = s > 0 ? `in ${n} ${u}` : `${n} ${u} ago`;
+    }
+    return text;
+  }
+  function timeEl(iso) {
+    const t = document.createElement("time");
+    t.dateTime = iso;
+    t.title = new Date(iso).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+    t.textContent = humanTime(iso);
+    return t;
+  }
+  function stored(key, keepMs) {
+    try {
+      const items = JSON.parse(sessionStorage.getItem(key) || "[]");
+      const cutoff = Date.now() - keepMs;
+      return items.filter((p) => p.t >= cutoff);
+    } catch (e) { return []; }
+  }
+  function store(key, items) { try { sessionStorage.setItem(key, JSON.stringify(items)); } catch (e) { /* full */ } }
 
-  // --- Countdowns ------------------------------------------------------------------
+  // --- Forms: tenant switcher, confirmations, copy buttons ---------------------------
+  const switcher = document.getElementById("tenant-switcher");
+  if (switcher) switcher.addEventListener("change", () => { if (switcher.value) location.href = "/t/" + encodeURIComponent(switcher.value) + "/"; });
+  document.addEventListener("submit", (e) => {
+    const button = e.submitter;
+    const message = button && button.dataset.confirm;
+    if (message && !window.confirm(message)) e.preventDefault();
+  });
+  document.querySelectorAll("button[data-copy]").forEach((b) => {
+    b.addEventListener("click", async () => {
+      const input = document.getElementById(b.dataset.copy);
+      input.select();
+      try { await navigator.clipboard.writeText(input.value); toast("Copied."); } catch (e) { toast("Press Ctrl+C to copy."); }
+    });
+  });
+
+  // --- Countdowns and relative times -------------------------------------------------
   function tickCountdowns() {
     const now = Date.now();
     document.querySelectorAll(".countdown").forEach((el) => {
       const iso = el.dataset.expire;
       if (!iso) { el.textContent = "—"; return; }
       const s = Math.round((Date.parse(iso) - now) / 1000);
-      if (s <= 0) { el.textContent = "expired"; return; }
+      if (s <= 0) { el.textContent = "expiring"; return; }
       const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
       el.textContent = (h ? h + "h " : "") + (h || m ? m + "m " : "") + sec + "s";
+      el.title = new Date(iso).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
     });
   }
   setInterval(tickCountdowns, 1000);
-  tickCountdowns();
+  setInterval(() => document.querySelectorAll("time[datetime]").forEach((t) => { t.textContent = humanTime(t.dateTime); }), 30000);
 
-  // --- Charts ----------------------------------------------------------------------
-  function hitChart(series) {
+  // --- Charts ------------------------------------------------------------------------
+  const COLORS = { available: "#627d98", routed: "#b7791f", delivered: "#147d64", spend: "#2680c2", saved: "#27ab83" };
+  function timeScale(unit) {
+    return { type: "time", time: { unit: unit, tooltipFormat: "yyyy-MM-dd HH:mm:ss" }, ticks: { maxRotation: 0, autoSkip: true } };
+  }
+  function buildCharts() {
     const canvas = document.getElementById("hit-chart");
-    if (!canvas || !window.Chart) return null;
-    const labels = series.map((p) => new Date(p.at).toLocaleTimeString());
-    return new window.Chart(canvas, {
+    if (!canvas || !window.Chart) return;
+    state.chart = new window.Chart(canvas, {
       type: "line",
-      data: {
-        labels,
-        datasets: [
-          { label: "available", data: series.map(() => null), borderColor: "#9fb3c8", spanGaps: true },
-          { label: "captured by routing", data: series.map(() => null), borderColor: "#f0b429", spanGaps: true },
-          { label: "delivered", data: series.map((p) => p.hit_rate), borderColor: "#27ab83", spanGaps: true },
-        ],
-      },
-      options: { animation: false, scales: { y: { min: 0, max: 1, ticks: { callback: (v) => v * 100 + "%" } } },
-                 plugins: { legend: { display: true } } },
+      data: { datasets: [
+        { label: "available", data: [], borderColor: COLORS.available, backgroundColor: COLORS.available, spanGaps: false, pointRadius: 0 },
+        { label: "routed", data: [], borderColor: COLORS.routed, backgroundColor: COLORS.routed, spanGaps: false, pointRadius: 0 },
+        { label: "delivered", data: [], borderColor: COLORS.delivered, backgroundColor: COLORS.delivered, spanGaps: false, pointRadius: 1 },
+      ] },
+      options: { animation: false, maintainAspectRatio: false, parsing: false,
+        scales: { x: timeScale("minute"), y: { min: 0, max: 1, title: { display: true, text: "share of prompt tokens" }, ticks: { callback: (v) => Math.round(v * 100) + "%" } } },
+        plugins: { legend: { display: true } } },
     });
+    const spend = document.getElementById("spend-chart");
+    if (spend) {
+      state.spendChart = new window.Chart(spend, {
+        type: "bar",
+        data: { datasets: [
+          { label: "spend ($)", data: [], backgroundColor: COLORS.spend },
+          { label: "saved by caching ($)", data: [], backgroundColor: COLORS.saved },
+        ] },
+        options: { animation: false, maintainAspectRatio: false, parsing: false,
+          scales: { x: { ...timeScale("minute"), stacked: false }, y: { beginAtZero: true, title: { display: true, text: "USD per bucket" } } } },
+      });
+    }
+    document.querySelectorAll("[data-range]").forEach((b) => b.addEventListener("click", () => selectRange(b.dataset.range)));
+    selectRange("live");
   }
-  function pushPoint(p) {
-    if (!state.chart || !p.prompt_tokens) return;
-    const d = state.chart.data;
-    d.labels.push(new Date(p.at * 1000).toLocaleTimeString());
-    d.datasets[0].data.push(p.available_tokens / p.prompt_tokens);
-    d.datasets[1].data.push(p.routed_tokens / p.prompt_tokens);
-    d.datasets[2].data.push(p.cached_tokens / p.prompt_tokens);
-    if (d.labels.length > 240) { d.labels.shift(); d.datasets.forEach((ds) => ds.data.shift()); }
+  function liveKey() { return "cp.live." + (page.dataset.ws || kind); }
+  function livePoints() { return stored(liveKey(), LIVE_KEEP_MS); }
+  function drawLive() {
+    const pts = livePoints();
+    const ds = state.chart.data.datasets;
+    ds[0].data = pts.map((p) => ({ x: p.t, y: p.a }));
+    ds[1].data = pts.map((p) => ({ x: p.t, y: p.r }));
+    ds[2].data = pts.map((p) => ({ x: p.t, y: p.d }));
+    state.chart.options.scales.x.time.unit = "minute";
     state.chart.update("none");
+    if (state.spendChart) {
+      const s = state.spendChart.data.datasets;
+      s[0].data = pts.map((p) => ({ x: p.t, y: p.c || 0 }));
+      s[1].data = [];
+      state.spendChart.update("none");
+    }
+  }
+  async function selectRange(range) {
+    state.range = range;
+    document.querySelectorAll("[data-range]").forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.range === range)));
+    if (!state.chart) return;
+    if (range === "live" || !page.dataset.seriesUrl) { drawLive(); return; }
+    try {
+      const data = await getJSON(page.dataset.seriesUrl + "?range=" + range);
+      if (state.range !== range) return;
+      const unit = range === "1h" ? "minute" : range === "24h" ? "hour" : "day";
+      const ds = state.chart.data.datasets;
+      ds[0].data = []; ds[1].data = [];
+      ds[2].data = data.points.map((p) => ({ x: Date.parse(p.at), y: p.hit_rate }));
+      state.chart.options.scales.x.time.unit = unit;
+      state.chart.update("none");
+      if (state.spendChart) {
+        const s = state.spendChart.data.datasets;
+        s[0].data = data.points.map((p) => ({ x: Date.parse(p.at), y: p.cost_usd }));
+        s[1].data = data.points.map((p) => ({ x: Date.parse(p.at), y: p.saved_usd }));
+        state.spendChart.options.scales.x.time.unit = unit;
+        state.spendChart.update("none");
+      }
+    } catch (e) { toast("Could not load the range.", true); }
+  }
+  function pushTick(p) {
+    if (!p.prompt_tokens) return;
+    const pts = livePoints();
+    pts.push({ t: p.at * 1000, a: p.available_tokens / p.prompt_tokens, r: p.routed_tokens / p.prompt_tokens,
+               d: p.cached_tokens / p.prompt_tokens, c: (p.cost_micros || 0) / 1e6 });
+    store(liveKey(), pts.slice(-600));
+    if (state.chart && state.range === "live") drawLive();
   }
 
-  // --- Renderers -------------------------------------------------------------------
+  // KV memory pressure per worker over time (from live snapshots), with the 85 % line.
+  function kvPush(workers) {
+    const key = "cp.kv";
+    const pts = stored(key, KV_KEEP_MS);
+    const t = Date.now();
+    workers.forEach((w) => { if (w.kv_usage !== null && w.kv_usage !== undefined) pts.push({ t, w: w.name, v: w.kv_usage }); });
+    store(key, pts.slice(-3000));
+    drawKv(pts);
+  }
+  function drawKv(pts) {
+    const canvas = document.getElementById("kv-chart");
+    if (!canvas || !window.Chart) return;
+    const names = [...new Set(pts.map((p) => p.w))].sort();
+    const palette = ["#2680c2", "#147d64", "#b7791f", "#9446ed", "#c2255c", "#486581"];
+    const datasets = names.map((n, i) => ({ label: n, data: pts.filter((p) => p.w === n).map((p) => ({ x: p.t, y: p.v })),
+      borderColor: palette[i % palette.length], backgroundColor: palette[i % palette.length], pointRadius: 0 }));
+    const xs = pts.map((p) => p.t);
+    const span = xs.length ? [Math.min(...xs), Math.max(...xs, Math.min(...xs) + 1000)] : [Date.now() - 60000, Date.now()];
+    datasets.push({ label: "85 % (eviction pressure)", data: [{ x: span[0], y: 0.85 }, { x: span[1], y: 0.85 }],
+      borderColor: "#d64545", borderDash: [6, 4], pointRadius: 0, backgroundColor: "#d64545" });
+    if (!state.kvChart) {
+      state.kvChart = new window.Chart(canvas, { type: "line", data: { datasets },
+        options: { animation: false, maintainAspectRatio: false, parsing: false,
+          scales: { x: timeScale("minute"), y: { min: 0, max: 1, ticks: { callback: (v) => Math.round(v * 100) + "%" } } } } });
+    } else { state.kvChart.data.datasets = datasets; state.kvChart.update("none"); }
+  }
+
+  // --- Renderers ---------------------------------------------------------------------
+  const LIVE = new Set(["pending", "creating", "active"]);
   function renderTenant(s) {
     if (s.spend) {
       setText("tile-spent", usd(s.spend.spent_usd));
-      setText("tile-projected", usd(s.spend.projected_usd));
       setText("tile-saved", usd(s.spend.saved_usd));
       setText("tile-hit-rate", pct(s.spend.hit_ratio));
+      const asOf = document.getElementById("spend-as-of");
+      if (asOf) asOf.replaceChildren(timeEl(s.generated_at));
     }
     if (s.caches) {
       const body = document.querySelector("#caches-table tbody");
       if (!body) return;
-      body.innerHTML = "";
-      if (!s.caches.length) body.innerHTML = '<tr class="empty"><td colspan="6" class="muted">No caches yet.</td></tr>';
+      body.replaceChildren();
+      if (!s.caches.length) {
+        const tr = document.createElement("tr"); tr.className = "empty";
+        const td = document.createElement("td"); td.colSpan = 6; td.className = "muted"; td.textContent = "No caches yet.";
+        tr.appendChild(td); body.appendChild(tr);
+      }
       s.caches.forEach((c) => {
         const tr = document.createElement("tr");
         tr.dataset.cache = c.id;
-        tr.innerHTML = `<td><a href="/t/${page.dataset.tenant}/caches/${c.id}/"></a></td><td></td><td></td>` +
-          `<td><span class="state state-${c.state}" data-role="state">${c.state}</span></td>` +
-          `<td><span class="countdown" data-expire="${c.expire_at || ""}">—</span> <span class="muted">${c.ttl_policy}</span></td><td>${c.hit_count}</td>`;
-        tr.children[0].firstChild.textContent = c.name;
-        tr.children[1].textContent = c.provider;
-        tr.children[2].textContent = c.model;
+        const cells = [0, 1, 2, 3, 4, 5].map(() => document.createElement("td"));
+        const a = document.createElement("a"); a.href = `/t/${encodeURIComponent(page.dataset.tenant)}/caches/${encodeURIComponent(c.id)}/`; a.textContent = c.name;
+        cells[0].appendChild(a);
+        cells[1].textContent = c.provider; cells[2].textContent = c.model;
+        const badge = document.createElement("span"); badge.className = "state state-" + c.state; badge.dataset.role = "state"; badge.textContent = c.state;
+        cells[3].appendChild(badge);
+        if (LIVE.has(c.state)) {
+          const cd = document.createElement("span"); cd.className = "countdown"; cd.dataset.expire = c.expire_at || ""; cells[4].appendChild(cd);
+          const pol = document.createElement("span"); pol.className = "muted"; pol.textContent = " " + c.ttl_policy; cells[4].appendChild(pol);
+        } else { const e = document.createElement("span"); e.className = "muted"; e.textContent = "ended"; cells[4].appendChild(e); }
+        cells[4].dataset.sort = c.expire_at || "";
+        cells[5].textContent = c.hit_count;
+        cells.forEach((td) => tr.appendChild(td));
         body.appendChild(tr);
       });
       tickCountdowns();
+      document.dispatchEvent(new CustomEvent("cp:table-updated"));
     }
   }
   function renderPlatform(s) {
@@ -106,33 +258,41 @@
   }
   function renderWorkers(workers) {
     const body = document.querySelector("#workers-table tbody");
-    if (!body) return;
-    workers.forEach((w) => {
-      const row = body.querySelector(`tr[data-worker="${CSS.escape(w.name)}"]`);
-      if (!row) return;
-      const kv = w.kv_usage;
-      row.children[3].innerHTML = `<span class="state state-${w.state}">${w.state}</span>`;
-      row.children[4].innerHTML = kv === null || kv === undefined ? "—" :
-        `<div class="bar ${kv > 0.85 ? "hot" : ""}"><div class="fill" style="width:${Math.round(kv * 100)}%"></div></div>${Math.round(kv * 100)} %`;
-      row.children[5].textContent = pct(w.hit_rate);
-      row.children[6].textContent = w.running ?? "—";
-      row.children[7].textContent = w.waiting ?? "—";
-    });
+    if (body) {
+      workers.forEach((w) => {
+        const row = body.querySelector(`tr[data-worker="${CSS.escape(w.name)}"]`);
+        if (!row) return;
+        const badge = document.createElement("span"); badge.className = "state state-" + w.state; badge.textContent = w.state;
+        row.children[3].replaceChildren(badge);
+        const kv = w.kv_usage;
+        if (kv === null || kv === undefined) row.children[4].textContent = "—";
+        else {
+          const m = document.createElement("meter"); m.min = 0; m.max = 1; m.high = 0.85; m.optimum = 0; m.value = kv; m.setAttribute("aria-label", "KV cache usage");
+          row.children[4].replaceChildren(m, document.createTextNode(" " + pct(kv)));
+        }
+        row.children[5].textContent = pct(w.hit_rate);
+        row.children[6].textContent = w.running ?? "—";
+        row.children[7].textContent = w.waiting ?? "—";
+      });
+    }
+    if (kind === "workers") kvPush(workers);
   }
   function renderCache(c) {
     const badge = document.getElementById("cache-state");
     if (badge) { badge.textContent = c.state; badge.className = "state state-" + c.state; }
     setText("cache-hits", c.hit_count);
     const cd = document.getElementById("cache-countdown");
-    if (cd) cd.dataset.expire = c.expire_at || "";
+    if (cd && LIVE.has(c.state)) cd.dataset.expire = c.expire_at || "";
+    else if (cd) { cd.className = "muted"; cd.textContent = "ended"; }
+    if (!LIVE.has(c.state)) { const actions = document.getElementById("cache-actions"); if (actions) actions.remove(); }
     const tl = document.getElementById("timeline");
     if (tl) {
-      tl.innerHTML = "";
+      tl.replaceChildren();
       c.timeline.forEach((t) => {
         const li = document.createElement("li");
-        li.innerHTML = `<span class="state state-${t.to}">${t.to}</span> <time></time> <span class="muted"></span>`;
-        li.children[1].textContent = t.at;
-        li.children[2].textContent = t.reason;
+        const b = document.createElement("span"); b.className = "state state-" + t.to; b.textContent = t.to;
+        const why = document.createElement("span"); why.className = "muted"; why.textContent = " " + t.reason;
+        li.append(b, document.createTextNode(" "), timeEl(t.at), why);
         tl.appendChild(li);
       });
     }
@@ -149,28 +309,19 @@
     } catch (e) { /* the next reconnect retries */ }
   }
 
-  // --- Live events -----------------------------------------------------------------
+  // --- Live events -------------------------------------------------------------------
   function onEvent(msg) {
-    state.lastEventAt = performance.now();
     const p = msg.payload || {};
     if (msg.event === "usage.tick") {
       state.live.requests += p.requests || 0;
       setText("tile-live-requests", state.live.requests);
       setText("tile-rps", p.requests || 0);
       setText("tile-spend-rate", usd((p.cost_micros || 0) / 1e6));
-      pushPoint(p);
+      pushTick(p);
       if (kind === "tenant") scheduleRefetch();
     } else if (msg.event === "caches.cache.state") {
       if (kind === "cache" && p.id === page.dataset.cache) { refetch(); toast(`${p.name}: ${p.state}`); }
-      if (kind === "tenant") {
-        const row = document.querySelector(`tr[data-cache="${CSS.escape(p.id)}"]`);
-        if (row) {
-          const badge = row.querySelector('[data-role="state"]');
-          badge.textContent = p.state; badge.className = "state state-" + p.state;
-          const cd = row.querySelector(".countdown"); if (cd && p.expire_at) cd.dataset.expire = p.expire_at;
-          tickCountdowns();
-        } else { refetch(); }
-      }
+      if (kind === "tenant") refetch();
     } else if (msg.event === "workers.snapshot") {
       renderWorkers(p.workers || []);
     } else if (msg.event && msg.event.startsWith("billing.alert")) {
@@ -189,7 +340,6 @@
     if (refetchTimer) return;
     refetchTimer = setTimeout(() => { refetchTimer = null; refetch(); }, 2000);
   }
-
   function connect(attempt) {
     if (!page || !page.dataset.ws) return;
     const status = document.getElementById("live-status");
@@ -204,66 +354,81 @@
     };
   }
 
-  // --- Actions (confirmed, through REST) -------------------------------------------
-  document.querySelectorAll("form[data-action]").forEach((form) => {
-    form.addEventListener("submit", async (e) => {
-      e.preventDefault();
-      if (!window.confirm(form.dataset.confirm)) return;
-      const body = {};
-      new FormData(form).forEach((v, k) => { body[k] = /^\d+$/.test(v) ? Number(v) : v; });
-      const r = await fetch(form.dataset.url, {
-        method: "POST", credentials: "same-origin",
-        headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
-        body: JSON.stringify(body),
-      });
-      const data = await r.json().catch(() => ({}));
-      if (r.ok) { toast(form.dataset.action + ": " + (data.status || data.state || "ok")); refetch(); }
-      else toast((data.error && data.error.message) || "The action failed (" + r.status + ").", true);
-    });
-  });
-
-  // --- Audit page ------------------------------------------------------------------
-  async function loadAudit(params) {
+  // --- Audit page: search, older pages, export in every format with a live download ---
+  let auditNext = null;
+  async function loadAudit(params, append) {
     const tbody = document.querySelector("#audit-table tbody");
-    const qs = new URLSearchParams();
-    Object.entries(params || {}).forEach(([k, v]) => { if (v) qs.set(k, k === "since" ? new Date(v).toISOString() : v); });
+    const more = document.getElementById("audit-more");
+    let url;
+    if (append && auditNext) url = auditNext;
+    else {
+      const qs = new URLSearchParams();
+      Object.entries(params || {}).forEach(([k, v]) => { if (v) qs.set(k, k === "since" ? new Date(v + "Z").toISOString() : v); });
+      url = `/api/v1/tenants/${encodeURIComponent(page.dataset.tenant)}/audit/events?` + qs;
+    }
     try {
-      const data = await getJSON(`/api/v1/tenants/${page.dataset.tenant}/audit/events?` + qs);
-      tbody.innerHTML = "";
+      const data = await getJSON(url);
+      if (!append) tbody.replaceChildren();
       (data.results || []).forEach((ev) => {
         const tr = document.createElement("tr");
-        [ev.occurred_at, ev.seq, ev.action, ev.outcome, ev.actor_name, ev.target_type + " " + ev.target_id]
-          .forEach((v, i) => { const td = document.createElement("td"); if (i === 3) td.innerHTML = `<span class="state state-${ev.outcome}"></span>`; (i === 3 ? td.firstChild : td).textContent = v; tr.appendChild(td); });
+        const cells = [0, 1, 2, 3, 4, 5].map(() => document.createElement("td"));
+        cells[0].appendChild(timeEl(ev.occurred_at)); cells[0].dataset.sort = ev.occurred_at;
+        cells[1].textContent = ev.seq; cells[2].textContent = ev.action;
+        const b = document.createElement("span"); b.className = "state state-" + ev.outcome; b.textContent = ev.outcome; cells[3].appendChild(b);
+        cells[4].textContent = ev.actor_name || "—";
+        cells[5].textContent = ev.target_name || `${ev.target_type} ${ev.target_id}`;
+        cells.forEach((c) => tr.appendChild(c));
         tbody.appendChild(tr);
       });
-      if (!tbody.children.length) tbody.innerHTML = '<tr><td colspan="6" class="muted">No events match.</td></tr>';
-    } catch (e) { tbody.innerHTML = `<tr><td colspan="6" class="error">Could not load events.</td></tr>`; }
+      if (!tbody.children.length) {
+        const tr = document.createElement("tr"); const td = document.createElement("td"); td.colSpan = 6; td.className = "muted"; td.textContent = "No events match.";
+        tr.appendChild(td); tbody.appendChild(tr);
+      }
+      auditNext = data.next || null;
+      more.hidden = !auditNext;
+      document.dispatchEvent(new CustomEvent("cp:table-updated"));
+    } catch (e) { tbody.replaceChildren(); const tr = document.createElement("tr"); const td = document.createElement("td"); td.colSpan = 6; td.className = "error"; td.textContent = "Could not load events."; tr.appendChild(td); tbody.appendChild(tr); }
+  }
+  async function followExport(id) {
+    const status = document.getElementById("export-status");
+    const url = `/api/v1/tenants/${encodeURIComponent(page.dataset.tenant)}/audit/exports/${encodeURIComponent(id)}`;
+    for (let i = 0; i < 120; i++) {
+      let ex;
+      try { ex = await getJSON(url); } catch (e) { status.textContent = "Could not read the export's status."; return; }
+      if (ex.status === "succeeded") {
+        const a = document.createElement("a"); a.href = ex.download_url || url + "/download"; a.id = "export-download";
+        a.textContent = `Download ${ex.format.toUpperCase()} (${ex.event_count ?? ""} events)`; a.setAttribute("download", "");
+        status.replaceChildren(a); return;
+      }
+      if (ex.status === "failed") { status.textContent = "Export failed: " + ((ex.error && ex.error.message) || "unknown error"); return; }
+      status.textContent = `Export ${ex.status}…`;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    status.textContent = "The export is taking long; reload the page to check again.";
   }
   if (kind === "audit") {
     const form = document.getElementById("audit-filters");
     const current = () => Object.fromEntries(new FormData(form).entries());
-    form.addEventListener("submit", (e) => { e.preventDefault(); loadAudit(current()); });
-    document.getElementById("export-button").addEventListener("click", async () => {
+    form.addEventListener("submit", (e) => { e.preventDefault(); loadAudit(current(), false); });
+    document.getElementById("audit-more").addEventListener("click", () => loadAudit(null, true));
+    document.getElementById("export-form").addEventListener("submit", async (e) => {
+      e.preventDefault();
       const f = current();
-      const body = { format: "jsonl" };
-      if (f.action) body.action = f.action; if (f.outcome) body.outcome = f.outcome;
-      if (f.actor) body.actor = f.actor; if (f.since) body.since = new Date(f.since).toISOString();
-      const r = await fetch(`/api/v1/tenants/${page.dataset.tenant}/audit/exports`, {
-        method: "POST", credentials: "same-origin",
-        headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() }, body: JSON.stringify(body) });
-      const data = await r.json().catch(() => ({}));
-      setText("export-status", r.ok ? `Export ${data.id} ${data.status}: download from /api/v1/tenants/${page.dataset.tenant}/audit/exports/${data.id}/download` : ((data.error && data.error.message) || "Export failed"));
+      const body = { format: document.getElementById("f-format").value };
+      ["action", "outcome", "actor"].forEach((k) => { if (f[k]) body[k] = f[k]; });
+      if (f.since) body.since = new Date(f.since + "Z").toISOString();
+      const [ok, data] = await postJSON(`/api/v1/tenants/${encodeURIComponent(page.dataset.tenant)}/audit/exports`, body);
+      if (!ok) { setText("export-status", (data.error && data.error.message) || "Export failed"); return; }
+      followExport(data.id);
     });
-    loadAudit({});
+    loadAudit({}, false);
   }
 
-  // --- Break-even ------------------------------------------------------------------
-  async function breakeven(form, model, tokens, ttl, rate, target) {
-    const payload = { provider: "vertex", model, context_tokens: Number(tokens), queries_per_hour: String(rate), ttl_seconds: Number(ttl) };
-    const r = await fetch(`/api/v1/tenants/${page.dataset.tenant}/break-even`, {
-      method: "POST", credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() }, body: JSON.stringify(payload) });
-    return [r.ok, await r.json().catch(() => ({}))];
+  // --- Break-even --------------------------------------------------------------------
+  async function breakeven(provider, model, pool, tokens, ttl, rate) {
+    const payload = { provider, context_tokens: Number(tokens), queries_per_hour: String(rate), ttl_seconds: Number(ttl) };
+    if (provider === "vllm") { payload.pool = pool || "default"; payload.model = model; } else payload.model = model;
+    return postJSON(`/api/v1/tenants/${encodeURIComponent(page.dataset.tenant)}/break-even`, payload);
   }
   if (kind === "breakeven") {
     const form = document.getElementById("breakeven-form");
@@ -271,46 +436,46 @@
     form.addEventListener("submit", async (e) => {
       e.preventDefault();
       const f = Object.fromEntries(new FormData(form).entries());
-      const [ok, data] = await breakeven(form, f.model, f.context_tokens, f.ttl_seconds, f.queries_per_hour);
+      if (!f.model) { setText("breakeven-result", "No models yet: add a price or register a worker."); return; }
+      const [provider, ...rest] = f.model.split(":");
+      const [ok, data] = await breakeven(provider, rest.join(":"), "default", f.context_tokens, f.ttl_seconds, f.queries_per_hour);
       if (!ok) { setText("breakeven-result", (data.error && data.error.message) || "Could not compute."); return; }
-      setText("breakeven-result", `Break-even at ${Number(data.breakeven_queries_per_hour).toFixed(2)} queries/hour. ` +
+      const be = Number(data.breakeven_queries_per_hour);
+      setText("breakeven-result", `Break-even at ${isFinite(be) ? be.toFixed(2) : "∞"} queries/hour. ` +
         `At ${f.queries_per_hour}/h: ${usd(data.hourly_cost_with_cache_micros / 1e6)}/h with the cache, ` +
         `${usd(data.hourly_cost_without_cache_micros / 1e6)}/h without.`);
-      const be = Number(data.breakeven_queries_per_hour);
-      const xs = [], withC = [], without = [];
+      const withC = [], without = [];
       const max = Math.max(10, Math.ceil((isFinite(be) ? be : 10) * 3));
       for (let q = 0; q <= max; q += max / 30) {
-        xs.push(q.toFixed(1));
-        without.push(q * data.miss_cost_micros / 1e6);
-        withC.push((data.storage_per_hour_micros + q * data.hit_cost_micros) / 1e6);
+        without.push({ x: q, y: q * data.miss_cost_micros / 1e6 });
+        withC.push({ x: q, y: (data.storage_per_hour_micros + q * data.hit_cost_micros) / 1e6 });
       }
       if (chart) chart.destroy();
       chart = new window.Chart(document.getElementById("breakeven-chart"), {
-        type: "line", data: { labels: xs, datasets: [
-          { label: "cost/hour with cache ($)", data: withC, borderColor: "#27ab83" },
-          { label: "cost/hour without cache ($)", data: without, borderColor: "#d64545" } ] },
-        options: { animation: false, scales: { x: { title: { display: true, text: "queries per hour" } } } },
+        type: "line", data: { datasets: [
+          { label: "cost/hour with cache ($)", data: withC, borderColor: COLORS.delivered, pointRadius: 0 },
+          { label: "cost/hour without cache ($)", data: without, borderColor: "#d64545", pointRadius: 0 } ] },
+        options: { animation: false, maintainAspectRatio: false, parsing: false, scales: { x: { type: "linear", title: { display: true, text: "queries per hour" } } } },
       });
     });
     form.requestSubmit();
   }
   const position = document.getElementById("breakeven-position");
   if (position && position.dataset.tokens !== "0") {
-    breakeven(null, position.dataset.model, position.dataset.tokens, position.dataset.ttl, position.dataset.rate).then(([ok, d]) => {
-      if (!ok) { position.textContent = (d.error && d.error.message) || "No price for this model."; return; }
-      const be = Number(d.breakeven_queries_per_hour), rate = Number(position.dataset.rate);
+    const d = position.dataset;
+    breakeven(d.provider, d.model, d.pool, d.tokens, d.ttl, d.rate).then(([ok, r]) => {
+      if (!ok) { position.textContent = (r.error && r.error.message) || "No price for this model yet."; return; }
+      const be = Number(r.breakeven_queries_per_hour), rate = Number(d.rate);
       position.textContent = `Observed ${rate.toFixed(2)} queries/hour against a break-even of ${isFinite(be) ? be.toFixed(2) : "∞"}: ` +
         (rate >= be ? "this cache pays for itself." : "this cache costs more than it saves at the current rate.");
     });
   }
 
-  // --- Boot ------------------------------------------------------------------------
+  // --- Boot --------------------------------------------------------------------------
   window.addEventListener("load", () => {
-    const initial = document.getElementById("initial-summary");
-    if (initial) {
-      const s = JSON.parse(initial.textContent);
-      state.chart = hitChart(s.hit_series || []);
-    }
+    tickCountdowns();
+    buildCharts();
+    if (kind === "workers" && initial) kvPush(initial.workers || []);
     connect(0);
   });
 })();

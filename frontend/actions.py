@@ -1,0 +1,83 @@
+"""Shared plumbing of the console's management views.
+
+A management view is a thin adapter: bind a form, call one service (the same one the REST
+API calls, with an ``Actor`` built from the request, so audit rows are identical), then
+redirect (POST/redirect/GET) with a flash message, or re-render the page with the form's
+errors next to their fields and a 400.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+
+from controlplane.errors import DomainError
+from frontend.forms import FIELD_FOR_CODE
+from tenants.actor import Actor
+
+T = TypeVar("T")
+
+
+def actor(request: HttpRequest) -> Actor:
+    """The acting principal of a console request (session auth, source IP, request id)."""
+    return Actor.from_request(request)
+
+
+def attempt(form: forms.Form, call: Callable[[], T]) -> T | None:
+    """Run a service call; a domain error becomes a form error (None is returned).
+
+    The error lands on the field it concerns when the code maps to one of the form's
+    fields, else on the form as a whole; either way the message is the service's own.
+    """
+    try:
+        return call()
+    except DomainError as exc:
+        field = FIELD_FOR_CODE.get(exc.code)
+        form.add_error(field if field in form.fields else None, f"{exc.message} ({exc.code})")
+        return None
+
+
+def uuid_or_404(value: str) -> str:
+    """A path id as a canonical UUID string; anything else is the same 404 as a missing id."""
+    import uuid
+
+    from django.http import Http404
+
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        raise Http404("No such object.") from None
+
+
+def blank_form() -> forms.Form:
+    """A bound, validated empty form to carry a service's error for a field-less action."""
+    form = forms.Form(data={})
+    form.is_valid()
+    return form
+
+
+def done(request: HttpRequest, message: str, to: str) -> HttpResponse:
+    """Flash ``message`` and redirect (the browser's reload never repeats the POST)."""
+    messages.success(request, message)
+    return redirect(to)
+
+
+def no_store(response: HttpResponse) -> HttpResponse:
+    """For responses that show a secret once (a new key, a webhook secret)."""
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def invalid(response: HttpResponse) -> HttpResponse:
+    response.status_code = 400
+    return response
+
+
+def context_forms(defaults: dict[str, Any], bound: dict[str, Any]) -> dict[str, Any]:
+    """Unbound default forms, overridden by the bound (invalid) ones being re-shown."""
+    return {**defaults, **bound}

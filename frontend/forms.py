@@ -1,0 +1,226 @@
+"""Console forms: parse and check browser input, then the view calls the same service the
+REST API calls (so rules, errors and audit events are identical).
+
+Field rules mirror the API's input serializers; the free-text rule is the shared
+``display_text_validator``. Domain errors a service raises are attached to the field they
+concern (``FIELD_FOR_CODE``) so the message appears next to it.
+"""
+
+from __future__ import annotations
+
+from django import forms
+
+from caches.models import Provider, TtlPolicy
+from controlplane.display_text import display_text_validator
+from tenants.models import SLUG_VALIDATOR
+
+# Domain error code -> form field it is shown next to (else: at the top of the form).
+FIELD_FOR_CODE = {
+    "unknown_principal": "principal",
+    "unknown_role": "role",
+    "invalid_expiry": "expires_at",
+    "duplicate_name": "name",
+    "invalid_period": "period",
+    "invalid_threshold": "thresholds",
+    "invalid_webhook": "webhook_url",
+    "invalid_ttl": "ttl_seconds",
+    "invalid_cron": "prewarm_cron",
+    "unknown_model": "model",
+    "unknown_permission": "permissions",
+}
+
+DATETIME_WIDGET = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
+DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
+
+
+def _text(max_length: int, *, required: bool = True, label: str | None = None) -> forms.CharField:
+    return forms.CharField(
+        max_length=max_length,
+        required=required,
+        label=label,
+        validators=[display_text_validator],
+    )
+
+
+class TenantCreateForm(forms.Form):
+    slug = forms.CharField(max_length=40, validators=[SLUG_VALIDATOR], help_text="URL name.")
+    display_name = _text(200, label="Name")
+    admin = forms.CharField(
+        max_length=150, required=False, label="Admin (username)", help_text="Optional."
+    )
+
+
+class TenantRenameForm(forms.Form):
+    display_name = _text(200, label="Name")
+
+
+class TenantStateForm(forms.Form):
+    reason = _text(500, required=False)
+
+
+class HumanCreateForm(forms.Form):
+    username = forms.RegexField(r"^[A-Za-z0-9@.+_-]{3,150}$", max_length=150)
+    email = forms.EmailField(required=False)
+    password = forms.CharField(
+        min_length=12, max_length=200, required=False, widget=forms.PasswordInput
+    )
+
+
+class MemberAddForm(forms.Form):
+    principal = forms.CharField(
+        max_length=150, label="Username", help_text="A person or a service account."
+    )
+    role = forms.ChoiceField()
+    expires_at = forms.DateTimeField(
+        required=False,
+        widget=DATETIME_WIDGET,
+        input_formats=DATETIME_FORMATS,
+        label="Expires (UTC)",
+    )
+
+    def __init__(self, *args, roles: list[str], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["role"].choices = [(r, r) for r in roles]
+
+
+class ServiceAccountForm(forms.Form):
+    name = forms.RegexField(
+        r"^[a-z][a-z0-9-]{1,38}[a-z0-9]$",
+        max_length=40,
+        help_text="Lower case, digits and dashes.",
+        error_messages={"invalid": "Use 3-40 lower-case letters, digits and dashes."},
+    )
+    description = _text(500, required=False)
+
+
+class RoleCreateForm(forms.Form):
+    name = forms.RegexField(
+        r"^[a-zA-Z][a-zA-Z0-9_.-]{2,63}$",
+        max_length=64,
+        error_messages={"invalid": "Start with a letter; letters, digits, _ . - only."},
+    )
+    title = _text(200)
+    description = _text(500, required=False)
+    permissions = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
+
+    def __init__(self, *args, permissions: list[str], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["permissions"].choices = [(p, p) for p in permissions]
+
+
+class ApiKeyCreateForm(forms.Form):
+    name = _text(100)
+    principal = forms.ChoiceField(
+        required=False, label="For", help_text="Yourself or a service account."
+    )
+    expires_at = forms.DateTimeField(
+        required=False,
+        widget=DATETIME_WIDGET,
+        input_formats=DATETIME_FORMATS,
+        label="Expires (UTC)",
+    )
+
+    def __init__(self, *args, accounts: list[tuple[str, str]], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["principal"].choices = [("", "myself"), *accounts]
+
+
+class BudgetForm(forms.Form):
+    name = _text(100)
+    period = forms.ChoiceField(choices=[("month", "month"), ("day", "day")])
+    limit_usd = forms.DecimalField(
+        min_value=0, max_digits=14, decimal_places=6, label="Limit (USD)"
+    )
+    thresholds = forms.CharField(
+        max_length=200, initial="50, 80, 100", help_text="Whole percentages, comma separated."
+    )
+    hard_limit = forms.BooleanField(required=False, initial=True, label="Refuse requests over it")
+    webhook_url = forms.CharField(max_length=2000, required=False, label="Alert webhook URL")
+
+    def clean_thresholds(self) -> list[int]:
+        raw = [p.strip().rstrip("%").strip() for p in self.cleaned_data["thresholds"].split(",")]
+        try:
+            return [int(p) for p in raw if p]
+        except ValueError:
+            raise forms.ValidationError("Use whole numbers such as 50, 80, 100.") from None
+
+
+class BudgetEditForm(BudgetForm):
+    """Editing a budget: the period is immutable (the service refuses a change)."""
+
+    period = None  # type: ignore[assignment]
+
+
+class CacheCreateForm(forms.Form):
+    name = forms.RegexField(
+        r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$",
+        max_length=100,
+        error_messages={"invalid": "Letters, digits, . _ - (up to 100), starting alphanumeric."},
+    )
+    provider = forms.ChoiceField(choices=Provider.choices)
+    model = forms.CharField(max_length=200)
+    system_instruction = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 8}), strip=False, label="System instruction"
+    )
+    document = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 5}),
+        required=False,
+        strip=False,
+        label="Document text (optional)",
+    )
+    ttl_seconds = forms.IntegerField(min_value=1, initial=3600, label="TTL (seconds)")
+    ttl_policy = forms.ChoiceField(choices=TtlPolicy.choices, initial=TtlPolicy.FIXED)
+
+    def content(self) -> dict:
+        data = self.cleaned_data
+        documents = []
+        if data.get("document"):
+            documents.append({"id": "doc-1", "chunk": 0, "text": data["document"]})
+        return {
+            "system_instruction": data.get("system_instruction", ""),
+            "tools": [],
+            "documents": documents,
+        }
+
+
+class CacheExtendForm(forms.Form):
+    extend_by = forms.IntegerField(min_value=60, label="Extend by (seconds)", initial=3600)
+
+
+class CacheSetTtlForm(forms.Form):
+    ttl_seconds = forms.IntegerField(min_value=1, label="TTL from now (seconds)")
+
+
+class CachePolicyForm(forms.Form):
+    ttl_policy = forms.ChoiceField(choices=TtlPolicy.choices, label="TTL policy")
+
+
+class ModelPriceForm(forms.Form):
+    provider = forms.ChoiceField(choices=[("vertex", "vertex"), ("vllm", "vllm")])
+    model = forms.CharField(max_length=200)
+    input_per_mtok = forms.DecimalField(
+        min_value=0, max_digits=14, decimal_places=6, label="Input $/Mtok"
+    )
+    cached_input_per_mtok = forms.DecimalField(
+        min_value=0, max_digits=14, decimal_places=6, label="Cached input $/Mtok"
+    )
+    output_per_mtok = forms.DecimalField(
+        min_value=0, max_digits=14, decimal_places=6, label="Output $/Mtok"
+    )
+    storage_per_mtok_hour = forms.DecimalField(
+        min_value=0, max_digits=14, decimal_places=6, label="Storage $/Mtok·h"
+    )
+    source = _text(300, label="Source (URL or note)")
+
+
+class PriceCorrectForm(ModelPriceForm):
+    provider = None  # type: ignore[assignment]
+    model = None  # type: ignore[assignment]
+    note = _text(500, label="Why (note)")
+
+
+class WorkerRegisterForm(forms.Form):
+    name = forms.RegexField(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", max_length=100)
+    base_url = forms.URLField(max_length=300, label="Base URL", assume_scheme="http")
+    model = forms.CharField(max_length=200)
+    pool = forms.RegexField(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", max_length=100, initial="default")

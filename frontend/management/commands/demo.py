@@ -1,0 +1,63 @@
+"""``cacheplane demo``: seed the demo tenants and send a bounded burst of traffic."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from django.core.management.base import BaseCommand
+
+from frontend.demo import demo_seed, demo_traffic, demo_traffic_start
+
+
+class Command(BaseCommand):
+    help = (
+        "Give the demo tenants people, keys, a budget and caches on both providers, then "
+        "send --requests chat completions through the gateway at --url (0: seed only)."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--url", default="http://127.0.0.1:8000")
+        parser.add_argument("--requests", type=int, default=120)
+        parser.add_argument("--interval", type=float, default=1.0)
+        parser.add_argument("--model", default="cacheplane/ref-tiny")
+        parser.add_argument(
+            "--background",
+            action="store_true",
+            help="send the traffic from a daemon thread and return (used by `cacheplane up`)",
+        )
+
+    def handle(self, *args, **options) -> None:
+        data_dir = Path(os.environ.get("CACHEPLANE_DATA_DIR", ".cacheplane"))
+        data_dir.mkdir(parents=True, exist_ok=True)
+        password = os.environ.get("CACHEPLANE_DEMO_PASSWORD") or secrets.token_urlsafe(12)
+        from caches.catalog import vllm_models
+
+        served = options["model"] if options["model"] in vllm_models() else None
+        seed = demo_seed(data_dir=data_dir, password=password, worker_model=served)
+        for slug, people in seed.people.items():
+            self.stdout.write(f"{slug}: people {', '.join(people)}; key {seed.keys[slug][:12]}…")
+        if not os.environ.get("CACHEPLANE_DEMO_PASSWORD"):
+            self.stdout.write(f"Demo people's password (new accounts only): {password}")
+        self.stdout.write(f"Demo keys in {data_dir / 'demo-keys.json'} (mode 0600).")
+        if options["requests"] > 0 and options["background"]:
+            demo_traffic_start(
+                base_url=options["url"],
+                keys=seed.keys,
+                model=options["model"],
+                requests=options["requests"],
+                interval=options["interval"],
+            )
+            self.stdout.write(
+                f"Demo traffic: {options['requests']} requests, one per {options['interval']} s."
+            )
+        elif options["requests"] > 0:
+            ok = demo_traffic(
+                base_url=options["url"],
+                keys=seed.keys,
+                model=options["model"],
+                requests=options["requests"],
+                interval=options["interval"],
+            )
+            self.stdout.write(f"Sent {options['requests']} requests, {ok} succeeded.")

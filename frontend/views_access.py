@@ -1,0 +1,318 @@
+"""Tenant access management in the console: members and role bindings (the IAM editor),
+service accounts, custom roles and API keys.
+
+Each POST calls the service the REST API calls (``tenants.services.iam`` / ``keys``);
+the ``tenant_page`` decorator is the access check, and each page shows only the forms
+the caller's held permissions allow.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django import forms
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from frontend import forms as f
+from frontend.actions import actor, attempt, blank_form, done, invalid, no_store, uuid_or_404
+from frontend.views import _context, tenant_page
+from tenants import selectors as tenant_selectors
+from tenants.models import Principal, PrincipalKind
+from tenants.permissions import TENANT_PERMISSIONS
+from tenants.services import iam, keys
+
+
+def _role_names(tenant) -> list[str]:
+    return list(
+        tenant_selectors.role_list(tenant=tenant).order_by("name").values_list("name", flat=True)
+    )
+
+
+def _accounts(tenant) -> list[tuple[str, str]]:
+    return [
+        (str(p.pk), p.username)
+        for p in tenant_selectors.service_account_list(tenant=tenant).order_by("username")
+    ]
+
+
+def _editor_rows(policy: iam.Policy) -> list[dict]:
+    return [
+        {
+            "role": b.role.name,
+            "principal": str(b.principal_id),
+            "principal_name": b.principal.username,
+            "kind": b.principal.kind,
+            "expires_at": b.expires_at,
+        }
+        for b in policy.bindings
+    ]
+
+
+def _access_page(request: HttpRequest, *, status: int = 200, **bound) -> HttpResponse:
+    tenant = request.tenant  # type: ignore[attr-defined]
+    held = request.held  # type: ignore[attr-defined]
+    policy = iam.policy_get(tenant=tenant)
+    roles = _role_names(tenant)
+    context = _context(
+        request,
+        tenant=tenant,
+        held=held,
+        policy=policy,
+        rows=bound.pop("rows", None) or _editor_rows(policy),
+        etag=bound.pop("etag", None) or policy.etag,
+        conflict=bound.pop("conflict", None),
+        current_rows=_editor_rows(policy),
+        roles=roles,
+        role_objects=tenant_selectors.role_list(tenant=tenant).order_by("name"),
+        accounts=tenant_selectors.service_account_list(tenant=tenant).order_by("username"),
+        member_form=bound.pop("member_form", None) or MemberAdd(roles=roles),
+        account_form=bound.pop("account_form", None) or f.ServiceAccountForm(),
+        role_form=bound.pop("role_form", None)
+        or f.RoleCreateForm(permissions=sorted(TENANT_PERMISSIONS)),
+        editor_errors=bound.pop("editor_errors", []),
+        **bound,
+    )
+    response = render(request, "frontend/access.html", context)
+    response.status_code = status
+    return response
+
+
+class MemberAdd(f.MemberAddForm):
+    pass
+
+
+@tenant_page("iam.get")
+def access_page(request: HttpRequest) -> HttpResponse:
+    """Members and bindings, service accounts and roles of the tenant."""
+    return _access_page(request)
+
+
+def _principal_by_name(tenant, username: str) -> Principal | None:
+    """A human (platform identity) or one of this tenant's service accounts, by name.
+
+    Another tenant's service account is reported exactly like a missing name.
+    """
+    principal = Principal.objects.filter(username=username, is_active=True).first()
+    if principal is None:
+        return None
+    if principal.kind == PrincipalKind.SERVICE and principal.tenant_id != tenant.pk:
+        return None
+    return principal
+
+
+def _parse_expiry(raw: str) -> datetime | None:
+    if not raw:
+        return None
+    field = forms.DateTimeField(input_formats=f.DATETIME_FORMATS)
+    return field.clean(raw)
+
+
+@tenant_page("iam.set")
+@require_POST
+def policy_save(request: HttpRequest) -> HttpResponse:
+    """The IAM editor: replace the policy under the etag the editor was loaded with.
+
+    A stale etag (someone saved in between) re-shows the editor with the caller's rows,
+    the current policy beside them and the current etag, so saving again is an explicit
+    decision to overwrite; reloading discards the caller's version.
+    """
+    tenant = request.tenant  # type: ignore[attr-defined]
+    count = min(int(request.POST.get("rows", "0") or 0), 1000)
+    rows, specs, errors = [], [], []
+    for i in range(count):
+        role = request.POST.get(f"b-{i}-role", "")
+        principal = request.POST.get(f"b-{i}-principal", "")
+        raw_expiry = request.POST.get(f"b-{i}-expires_at", "")
+        name = request.POST.get(f"b-{i}-principal_name", "")
+        try:
+            expires = _parse_expiry(raw_expiry)
+        except forms.ValidationError:
+            errors.append(f"Row {i + 1} ({name}): the expiry is not a date and time.")
+            expires = None
+        row = {"role": role, "principal": principal, "principal_name": name, "expires_at": expires}
+        rows.append(row)
+        if request.POST.get(f"b-{i}-remove"):
+            row["removed"] = True
+            continue
+        specs.append(iam.BindingSpec(role=role, principal_id=principal, expires_at=expires))
+    if errors:
+        return _access_page(request, status=400, rows=rows, editor_errors=errors)
+    form = blank_form()
+    policy = attempt(
+        form,
+        lambda: iam.policy_set(
+            actor=actor(request),
+            tenant=tenant,
+            etag=request.POST.get("etag", ""),
+            bindings=specs,
+        ),
+    )
+    if policy is None:
+        message = form.non_field_errors()[0] if form.non_field_errors() else "Not saved."
+        conflict = "etag_mismatch" in message
+        return _access_page(
+            request,
+            status=409 if conflict else 400,
+            rows=rows,
+            conflict=conflict,
+            editor_errors=[] if conflict else [message],
+            etag=iam.policy_get(tenant=tenant).etag if conflict else request.POST.get("etag"),
+        )
+    return done(request, f"Policy saved ({len(specs)} bindings).", f"/t/{tenant.slug}/access/")
+
+
+@tenant_page("iam.set")
+@require_POST
+def member_add(request: HttpRequest) -> HttpResponse:
+    """Bind a principal (by name) to a role: read the policy, append, replace under its etag."""
+    tenant = request.tenant  # type: ignore[attr-defined]
+    form = MemberAdd(request.POST, roles=_role_names(tenant))
+    if form.is_valid():
+        principal = _principal_by_name(tenant, form.cleaned_data["principal"])
+        if principal is None:
+            form.add_error("principal", "No such person or service account (unknown_principal).")
+        else:
+            policy = iam.policy_get(tenant=tenant)
+            specs = [
+                iam.BindingSpec(
+                    role=b.role.name, principal_id=str(b.principal_id), expires_at=b.expires_at
+                )
+                for b in policy.bindings
+            ]
+            specs.append(
+                iam.BindingSpec(
+                    role=form.cleaned_data["role"],
+                    principal_id=str(principal.pk),
+                    expires_at=form.cleaned_data.get("expires_at"),
+                )
+            )
+            saved = attempt(
+                form,
+                lambda: iam.policy_set(
+                    actor=actor(request), tenant=tenant, etag=policy.etag, bindings=specs
+                ),
+            )
+            if saved is not None:
+                return done(
+                    request,
+                    f"{principal.username} is now {form.cleaned_data['role']}.",
+                    f"/t/{tenant.slug}/access/",
+                )
+    return _access_page(request, status=400, member_form=form)
+
+
+@tenant_page("iam.set")
+@require_POST
+def service_account_create(request: HttpRequest) -> HttpResponse:
+    tenant = request.tenant  # type: ignore[attr-defined]
+    form = f.ServiceAccountForm(request.POST)
+    if form.is_valid():
+        account = attempt(
+            form,
+            lambda: iam.service_account_create(
+                actor=actor(request),
+                tenant=tenant,
+                name=form.cleaned_data["name"],
+                description=form.cleaned_data.get("description", ""),
+            ),
+        )
+        if account is not None:
+            return done(
+                request, f"Service account {account.username} created.", f"/t/{tenant.slug}/access/"
+            )
+    return _access_page(request, status=400, account_form=form)
+
+
+@tenant_page("iam.set")
+@require_POST
+def role_create(request: HttpRequest) -> HttpResponse:
+    tenant = request.tenant  # type: ignore[attr-defined]
+    form = f.RoleCreateForm(request.POST, permissions=sorted(TENANT_PERMISSIONS))
+    if form.is_valid():
+        role = attempt(
+            form,
+            lambda: iam.role_create(
+                actor=actor(request),
+                tenant=tenant,
+                name=form.cleaned_data["name"],
+                title=form.cleaned_data["title"],
+                permissions=list(form.cleaned_data["permissions"]),
+                description=form.cleaned_data.get("description", ""),
+            ),
+        )
+        if role is not None:
+            return done(request, f"Role {role.name} created.", f"/t/{tenant.slug}/access/")
+    return _access_page(request, status=400, role_form=form)
+
+
+# --- API keys ---------------------------------------------------------------------------
+
+
+def _keys_page(request: HttpRequest, *, status: int = 200, **extra) -> HttpResponse:
+    tenant = request.tenant  # type: ignore[attr-defined]
+    context = _context(
+        request,
+        tenant=tenant,
+        held=request.held,  # type: ignore[attr-defined]
+        keys=tenant_selectors.api_key_list(tenant=tenant).order_by("-created_at")[:500],
+        key_form=extra.pop("key_form", None) or f.ApiKeyCreateForm(accounts=_accounts(tenant)),
+        now=timezone.now(),
+        **extra,
+    )
+    response = render(request, "frontend/keys.html", context)
+    response.status_code = status
+    return response
+
+
+@tenant_page("iam.get")
+def keys_page(request: HttpRequest) -> HttpResponse:
+    """API keys of the tenant (never their secrets), with create and revoke."""
+    return _keys_page(request)
+
+
+@tenant_page("keys.create")
+@require_POST
+def key_create(request: HttpRequest) -> HttpResponse:
+    """Issue a key and show its secret once, on this response only (no-store)."""
+    tenant = request.tenant  # type: ignore[attr-defined]
+    form = f.ApiKeyCreateForm(request.POST, accounts=_accounts(tenant))
+    if form.is_valid():
+        holder = None
+        if form.cleaned_data.get("principal"):
+            holder = (
+                tenant_selectors.service_account_list(tenant=tenant)
+                .filter(pk=form.cleaned_data["principal"])
+                .first()
+            )
+        issued = attempt(
+            form,
+            lambda: keys.api_key_create(
+                actor=actor(request),
+                tenant=tenant,
+                name=form.cleaned_data["name"],
+                principal=holder,
+                expires_at=form.cleaned_data.get("expires_at"),
+            ),
+        )
+        if issued is not None:
+            return no_store(_keys_page(request, issued=issued))
+    return invalid(_keys_page(request, key_form=form))
+
+
+@tenant_page("keys.revoke")
+@require_POST
+def key_revoke(request: HttpRequest, key_id: str) -> HttpResponse:
+    tenant = request.tenant  # type: ignore[attr-defined]
+    form = blank_form()
+    key = attempt(
+        form,
+        lambda: keys.api_key_revoke(
+            actor=actor(request), tenant=tenant, key_id=uuid_or_404(key_id)
+        ),
+    )
+    if key is None:
+        return invalid(_keys_page(request, revoke_errors=form.non_field_errors()))
+    return done(request, f"Key {key.name} revoked.", f"/t/{tenant.slug}/keys/")

@@ -1,0 +1,351 @@
+"""Budgets, alert webhooks and caches managed from the console.
+
+Each POST calls the service the REST API calls (``billing.services.budget_crud``,
+``caches.services.lifecycle``) with the request's actor, so validation, errors and audit
+rows are those of the API. "Extend" only ever lengthens the remaining TTL; "Set TTL" is
+the separate action that may shorten it.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from decimal import Decimal
+
+from django import forms
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from billing.selectors import budgets as budget_selectors
+from billing.services import budget_crud
+from caches import catalog
+from caches import selectors as cache_selectors
+from caches.content import CacheContent
+from caches.models import LIVE_STATES, Provider
+from caches.services import lifecycle
+from controlplane.errors import DomainError
+from frontend import forms as f
+from frontend.actions import actor, attempt, blank_form, done, invalid, no_store, uuid_or_404
+from frontend.views import _context, tenant_page
+
+MICROS = Decimal(1_000_000)
+
+
+def _budget_rows(tenant) -> list[dict]:
+    budgets = list(budget_selectors.budget_list(tenant=tenant)[:200])
+    periods = budget_selectors.budget_current_periods(
+        tenant=tenant, budgets=budgets, at=timezone.now()
+    )
+    rows = []
+    for b in budgets:
+        period = periods.get(b.pk)
+        rows.append(
+            {
+                "budget": b,
+                "limit_usd": Decimal(b.limit_micros) / MICROS,
+                "spent_usd": Decimal(period.spent_micros) / MICROS if period else Decimal(0),
+                "form": f.BudgetEditForm(
+                    prefix=f"b{b.pk.hex[:8]}",
+                    initial={
+                        "name": b.name,
+                        "limit_usd": Decimal(b.limit_micros) / MICROS,
+                        "thresholds": ", ".join(str(t) for t in b.thresholds),
+                        "hard_limit": b.hard_limit,
+                        "webhook_url": b.webhook_url,
+                    },
+                ),
+            }
+        )
+    return rows
+
+
+def _budgets_page(request: HttpRequest, *, status: int = 200, **extra) -> HttpResponse:
+    tenant = request.tenant  # type: ignore[attr-defined]
+    rows = _budget_rows(tenant)
+    edited = extra.pop("edited", None)
+    if edited is not None:
+        for row in rows:
+            if row["budget"].pk == edited[0]:
+                row["form"] = edited[1]
+    context = _context(
+        request,
+        tenant=tenant,
+        held=request.held,  # type: ignore[attr-defined]
+        rows=rows,
+        alerts=budget_selectors.budget_alert_list(tenant=tenant).select_related("budget")[:100],
+        budget_form=extra.pop("budget_form", None) or f.BudgetForm(),
+        **extra,
+    )
+    response = render(request, "frontend/budgets.html", context)
+    response.status_code = status
+    return response
+
+
+@tenant_page("budgets.get")
+def budgets_page(request: HttpRequest) -> HttpResponse:
+    """Budgets with spend against limit, alert webhooks, alerts; rate limits (to come)."""
+    return _budgets_page(request)
+
+
+def _micros(usd: Decimal) -> int:
+    return int((usd * MICROS).to_integral_value())
+
+
+@tenant_page("budgets.update")
+@require_POST
+def budget_create(request: HttpRequest) -> HttpResponse:
+    """Create a budget; its webhook secret is shown once on this response (no-store)."""
+    tenant = request.tenant  # type: ignore[attr-defined]
+    form = f.BudgetForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        budget = attempt(
+            form,
+            lambda: budget_crud.budget_create(
+                actor=actor(request),
+                tenant=tenant,
+                name=data["name"],
+                period=data["period"],
+                limit_micros=_micros(data["limit_usd"]),
+                thresholds=data["thresholds"],
+                hard_limit=data["hard_limit"],
+                webhook_url=data.get("webhook_url", ""),
+            ),
+        )
+        if budget is not None:
+            return no_store(_budgets_page(request, created=budget))
+    return _budgets_page(request, status=400, budget_form=form)
+
+
+def _budget(request: HttpRequest, budget_id: str):
+    budget = budget_selectors.budget_get(tenant=request.tenant, budget_id=uuid_or_404(budget_id))  # type: ignore[attr-defined]
+    if budget is None:
+        raise Http404("No such budget.")
+    return budget
+
+
+@tenant_page("budgets.update")
+@require_POST
+def budget_edit(request: HttpRequest, budget_id: str) -> HttpResponse:
+    tenant = request.tenant  # type: ignore[attr-defined]
+    budget = _budget(request, budget_id)
+    form = f.BudgetEditForm(request.POST, prefix=f"b{budget.pk.hex[:8]}")
+    if form.is_valid():
+        data = form.cleaned_data
+        changes = {
+            "name": data["name"],
+            "limit_micros": _micros(data["limit_usd"]),
+            "thresholds": data["thresholds"],
+            "hard_limit": data["hard_limit"],
+            "webhook_url": data.get("webhook_url", ""),
+        }
+        saved = attempt(
+            form,
+            lambda: budget_crud.budget_update(actor=actor(request), budget=budget, changes=changes),
+        )
+        if saved is not None:
+            return done(request, f"Budget {saved.name} saved.", f"/t/{tenant.slug}/budgets/")
+    return _budgets_page(request, status=400, edited=(budget.pk, form))
+
+
+@tenant_page("budgets.update")
+@require_POST
+def budget_archive(request: HttpRequest, budget_id: str) -> HttpResponse:
+    tenant = request.tenant  # type: ignore[attr-defined]
+    budget = _budget(request, budget_id)
+    budget_crud.budget_archive(actor=actor(request), budget=budget)
+    return done(request, f"Budget {budget.name} archived.", f"/t/{tenant.slug}/budgets/")
+
+
+@tenant_page("budgets.update")
+@require_POST
+def budget_rotate_secret(request: HttpRequest, budget_id: str) -> HttpResponse:
+    budget = budget_crud.budget_rotate_secret(
+        actor=actor(request), budget=_budget(request, budget_id)
+    )
+    return no_store(_budgets_page(request, created=budget, rotated=True))
+
+
+# --- Caches -----------------------------------------------------------------------------
+
+
+def _models_for(provider: str) -> list[str]:
+    if provider == Provider.VERTEX:
+        return sorted(catalog.VERTEX_MODELS)
+    return sorted(catalog.vllm_models())
+
+
+def _estimate(*, provider: str, model: str, content: CacheContent, ttl_seconds: int) -> dict:
+    """Token estimate and storage cost of the requested TTL at today's price (read only)."""
+    from billing.services.storage import storage_estimate_micros
+
+    tokens = (
+        catalog.vertex_token_estimate(content)
+        if provider == Provider.VERTEX
+        else max(1, math.ceil(len(content.render_prefix()) / 4))
+    )
+    try:
+        micros = storage_estimate_micros(
+            provider=provider,
+            model=model,
+            tokens=tokens,
+            ttl=timedelta(seconds=ttl_seconds),
+            at=timezone.now(),
+        )
+    except DomainError as exc:
+        return {"tokens": tokens, "storage_usd": None, "unpriced": exc.message}
+    return {"tokens": tokens, "storage_usd": Decimal(micros) / MICROS, "unpriced": None}
+
+
+@tenant_page("caches.create")
+def cache_new(request: HttpRequest) -> HttpResponse:
+    """Create a cache from content: "Preview" lints and estimates, "Create" creates.
+
+    Preview writes nothing; create calls ``cache_create`` (the API's service) and lands
+    on the new cache's page, which follows it from pending to active live.
+    """
+    tenant = request.tenant  # type: ignore[attr-defined]
+    preview = None
+    status = 200
+    if request.method == "POST":
+        form = f.CacheCreateForm(request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            content = form.content()
+            if "preview" in request.POST:
+                lint = attempt(form, lambda: lifecycle.cache_lint(content=content))
+                if lint is not None:
+                    preview = {
+                        "findings": lint,
+                        **_estimate(
+                            provider=data["provider"],
+                            model=data["model"],
+                            content=CacheContent.from_dict(content),
+                            ttl_seconds=data["ttl_seconds"],
+                        ),
+                    }
+            else:
+                spec = lifecycle.CacheSpec(
+                    name=data["name"],
+                    provider=data["provider"],
+                    model=data["model"],
+                    content=content,
+                    ttl_seconds=data["ttl_seconds"],
+                    ttl_policy=data["ttl_policy"],
+                    replication_factor=1,
+                    prewarm_cron="",
+                )
+                outcome = attempt(
+                    form,
+                    lambda: lifecycle.cache_create(
+                        tenant=tenant, actor=actor(request), spec=spec, idempotency_key=None
+                    ),
+                )
+                if outcome is not None:
+                    verb = "Creating" if outcome.created else "Already live:"
+                    return done(
+                        request,
+                        f"{verb} {spec.name}.",
+                        f"/t/{tenant.slug}/caches/{outcome.operation.cache_id}/",
+                    )
+        if not form.is_valid():
+            status = 400
+    else:
+        form = f.CacheCreateForm(initial={"provider": Provider.VLLM})
+    context = _context(
+        request,
+        tenant=tenant,
+        form=form,
+        preview=preview,
+        vertex_models=_models_for(Provider.VERTEX),
+        vllm_models=_models_for(Provider.VLLM),
+    )
+    response = render(request, "frontend/cache_new.html", context)
+    response.status_code = status
+    return response
+
+
+def _cache(request: HttpRequest, cache_id):
+    cache = cache_selectors.cache_get(tenant=request.tenant, cache_id=str(cache_id))  # type: ignore[attr-defined]
+    if cache is None:
+        raise Http404("No such cache.")
+    return cache
+
+
+def _cache_back(request: HttpRequest, cache, form: forms.Form, message: str) -> HttpResponse:
+    tenant = request.tenant  # type: ignore[attr-defined]
+    if form.errors:
+        from frontend.views import cache_page
+
+        request.method = "GET"
+        request.form_errors = {  # type: ignore[attr-defined]
+            "form": form,
+            "message": "; ".join(e for errs in form.errors.values() for e in errs),
+        }
+        return invalid(cache_page(request, tenant.slug, cache_id=cache.pk))
+    return done(request, message, f"/t/{tenant.slug}/caches/{cache.pk}/")
+
+
+@tenant_page("caches.update")
+@require_POST
+def cache_extend(request: HttpRequest, cache_id) -> HttpResponse:
+    """Lengthen the remaining TTL by N seconds (never shortens: that is "Set TTL")."""
+    cache = _cache(request, cache_id)
+    form = f.CacheExtendForm(request.POST)
+    ttl = 0
+    if form.is_valid():
+        remaining = 0
+        if cache.expire_at is not None:
+            remaining = max(0, math.ceil((cache.expire_at - timezone.now()).total_seconds()))
+        ttl = remaining + form.cleaned_data["extend_by"]
+        attempt(
+            form,
+            lambda: lifecycle.cache_extend_ttl(cache=cache, actor=actor(request), ttl_seconds=ttl),
+        )
+    return _cache_back(request, cache, form, f"Extending {cache.name} to {ttl} s from now.")
+
+
+@tenant_page("caches.update")
+@require_POST
+def cache_set_ttl(request: HttpRequest, cache_id) -> HttpResponse:
+    """Set the expiry to now + N seconds, shorter or longer than today's."""
+    cache = _cache(request, cache_id)
+    form = f.CacheSetTtlForm(request.POST)
+    if form.is_valid():
+        attempt(
+            form,
+            lambda: lifecycle.cache_extend_ttl(
+                cache=cache, actor=actor(request), ttl_seconds=form.cleaned_data["ttl_seconds"]
+            ),
+        )
+    return _cache_back(request, cache, form, f"Setting the TTL of {cache.name}.")
+
+
+@tenant_page("caches.update")
+@require_POST
+def cache_policy(request: HttpRequest, cache_id) -> HttpResponse:
+    cache = _cache(request, cache_id)
+    form = f.CachePolicyForm(request.POST)
+    if form.is_valid():
+        attempt(
+            form,
+            lambda: lifecycle.cache_set_policy(
+                cache=cache, actor=actor(request), ttl_policy=form.cleaned_data["ttl_policy"]
+            ),
+        )
+    return _cache_back(request, cache, form, f"Policy of {cache.name} changed.")
+
+
+@tenant_page("caches.delete")
+@require_POST
+def cache_evict(request: HttpRequest, cache_id) -> HttpResponse:
+    cache = _cache(request, cache_id)
+    form = blank_form()
+    attempt(form, lambda: lifecycle.cache_evict(cache=cache, actor=actor(request)))
+    return _cache_back(request, cache, form, f"Evicting {cache.name}.")
+
+
+def cache_is_live(state: str) -> bool:
+    return state in LIVE_STATES

@@ -1,0 +1,42 @@
+"""``cacheplane demo``: the seed is complete and running it twice changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from billing.models import Budget
+from caches.models import CacheObject
+from tenants.models import ApiKey, Principal, RoleBinding, Tenant
+
+pytestmark = pytest.mark.django_db
+
+
+def _counts() -> tuple[int, ...]:
+    return (
+        Tenant.objects.count(),
+        Principal.objects.count(),
+        RoleBinding.objects.count(),
+        ApiKey.objects.count(),
+        Budget.objects.count(),
+        CacheObject.objects.count(),
+    )
+
+
+def test_demo_seed_gives_each_demo_tenant_people_a_key_a_budget_and_a_cache(
+    platform_admin, tmp_path
+) -> None:
+    from frontend.demo import demo_seed
+    from tenants.services.keys import api_key_authenticate
+
+    seed = demo_seed(data_dir=tmp_path, password="demo-password-123", worker_model=None)
+    for slug in ("acme-legal", "globex-support"):
+        tenant = Tenant.objects.get(slug=slug)
+        assert RoleBinding.objects.filter(tenant=tenant, role__name="tenant.admin").exists()
+        assert Budget.objects.filter(tenant=tenant).exists()
+        assert CacheObject.objects.filter(tenant=tenant, provider="vertex").exists()
+        assert api_key_authenticate(seed.keys[slug]).tenant.pk == tenant.pk
+    assert (tmp_path / "demo-keys.json").stat().st_mode & 0o077 == 0
+    first = _counts()
+    again = demo_seed(data_dir=tmp_path, password="demo-password-123", worker_model=None)
+    assert _counts() == first  # run twice: nothing new
+    assert again.keys == seed.keys
