@@ -104,7 +104,7 @@ def workers_probe_all(*, client: httpx.Client | None = None) -> list[Worker]:
     Workers are shared infrastructure, so this reads across tenants by design; the
     snapshot carries no tenant data.
     """
-    from frontend.events import platform_group, publish_now
+    from controlplane.live import platform_group, publish_now
 
     client = client or httpx.Client(timeout=3)
     probed = [worker_probe(worker=w, client=client) for w in Worker.objects.order_by("name")]

@@ -30,8 +30,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.models import Outcome
 from audit.services import audit_record
+from audit.services.denials import audit_denial
 from billing.errors import BudgetExceeded, InvalidUsage
 from billing.models import (
     Budget,
@@ -143,16 +143,16 @@ def budget_reserve(
         "reserved_micros": refused.reserved_micros,
         "estimate_micros": estimate_micros,
     }
-    with transaction.atomic():
-        audit_record(
-            actor=actor or _denial_actor(principal),
-            action="billing.budget.exceeded",
-            tenant=tenant,
-            outcome=Outcome.DENIED,
-            target_type="budget",
-            target_id=str(refused.budget_id),
-            details={**details, "request_id": request_id},
-        )
+    # Its own transaction (audit.services.denials): the caller's rollback, e.g. of a
+    # refused cache-create, must not erase the evidence of the refusal.
+    audit_denial(
+        actor=actor or _denial_actor(principal),
+        action="billing.budget.exceeded",
+        tenant=tenant,
+        target_type="budget",
+        target_id=str(refused.budget_id),
+        details={**details, "request_id": request_id},
+    )
     raise BudgetExceeded("The request would exceed the budget's hard limit.", details=details)
 
 
@@ -328,7 +328,7 @@ def _alerts_raise(*, tenant_id: object, moved: list[dict]) -> list[BudgetAlert]:
                     "alert": str(alert.pk),
                 },
             )
-            from frontend.events import platform_group, publish_on_commit, tenant_group
+            from controlplane.live import platform_group, publish_on_commit, tenant_group
 
             event = {
                 "budget": budget.name,

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from audit.services import audit_record
 from caches.models import TERMINAL_STATES, TRANSITIONS, CacheObject, CacheTransition
-from frontend.events import publish_on_commit, tenant_group
+from controlplane.live import publish_on_commit, tenant_group
 from tenants.actor import Actor
 
 

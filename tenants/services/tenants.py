@@ -8,7 +8,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from audit.services import audit_record, changes_between
-from frontend.events import platform_group, publish_on_commit
+from controlplane.live import platform_group, publish_on_commit
 from tenants.actor import Actor
 from tenants.errors import DuplicateName, UnknownPrincipal
 from tenants.models import Principal, PrincipalKind, Role, RoleBinding, Tenant, TenantState
