@@ -138,7 +138,7 @@ def test_b_cannot_reference_a_ids_in_its_own_inputs(
         f"/api/v1/tenants/{tenant_b.slug}/keys/{a_objects['pk']}/revoke", {}, format="json"
     )
     assert revoke.status_code == 404
-    assert ApiKey.objects.get(pk=a_objects["pk"]).revoked_at is None
+    assert ApiKey.objects.all_tenants().get(pk=a_objects["pk"]).revoked_at is None
 
 
 @pytest.mark.asyncio

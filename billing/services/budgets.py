@@ -227,7 +227,8 @@ def budget_settle(*, reservation: BudgetReservation, actual_micros: int) -> Budg
         reservation.actual_micros = actual_micros
         return reservation
     with transaction.atomic():
-        locked = BudgetReservation.objects.select_for_update().get(pk=reservation.pk)
+        # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
+        locked = BudgetReservation.objects.all_tenants().select_for_update().get(pk=reservation.pk)
         if locked.state in (ReservationState.SETTLED, ReservationState.RELEASED):
             return locked
         release = locked.amount_micros if locked.state == ReservationState.HELD else 0
@@ -246,7 +247,8 @@ def budget_release(*, reservation: BudgetReservation) -> BudgetReservation:
         reservation.state = ReservationState.RELEASED
         return reservation
     with transaction.atomic():
-        locked = BudgetReservation.objects.select_for_update().get(pk=reservation.pk)
+        # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
+        locked = BudgetReservation.objects.all_tenants().select_for_update().get(pk=reservation.pk)
         if locked.state != ReservationState.HELD:
             return locked
         _move(locked, release=locked.amount_micros, spend=0)
@@ -266,13 +268,16 @@ def budget_reservations_expire(*, now: datetime | None = None, limit: int | None
     limit = limit or settings.CACHEPLANE_BILLING_EXPIRE_BATCH
     with transaction.atomic():
         due = list(
-            BudgetReservation.objects.select_for_update(skip_locked=True)
+            # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
+            BudgetReservation.objects.all_tenants()
+            .select_for_update(skip_locked=True)
             .filter(state=ReservationState.HELD, expires_at__lt=now)
             .order_by("expires_at")[:limit]
         )
         for reservation in due:
             _move(reservation, release=reservation.amount_micros, spend=0)
-        BudgetReservation.objects.filter(pk__in=[r.pk for r in due]).update(
+        # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
+        BudgetReservation.objects.all_tenants().filter(pk__in=[r.pk for r in due]).update(
             state=ReservationState.EXPIRED, finished_at=now
         )
     return len(due)
@@ -287,7 +292,8 @@ def _alerts_raise(*, tenant_id: object, moved: list[dict]) -> list[BudgetAlert]:
     crossing = [m for m in moved if m["new_spent"] > m["old_spent"]]
     if not crossing:
         return raised
-    budgets = Budget.objects.in_bulk([m["budget_id"] for m in crossing])
+    # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
+    budgets = Budget.objects.all_tenants().in_bulk([m["budget_id"] for m in crossing])
     for m in crossing:
         budget = budgets[m["budget_id"]]
         for threshold in sorted(budget.thresholds):
@@ -314,7 +320,8 @@ def _alerts_raise(*, tenant_id: object, moved: list[dict]) -> list[BudgetAlert]:
                 row = cursor.fetchone()
             if row is None:
                 continue
-            alert = BudgetAlert.objects.select_related("tenant").get(pk=row[0])
+            # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
+            alert = BudgetAlert.objects.all_tenants().select_related("tenant").get(pk=row[0])
             audit_record(
                 actor=Actor.system("billing"),
                 action="billing.budget.threshold_crossed",

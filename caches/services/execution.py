@@ -46,7 +46,9 @@ def _claim(operation_id: str) -> CacheOperation | None:
     now = timezone.now()
     with transaction.atomic():
         op = (
-            CacheOperation.objects.select_for_update(skip_locked=True)
+            # all_tenants: the executor works on an operation row by id; tenant is on the row
+            CacheOperation.objects.all_tenants()
+            .select_for_update(skip_locked=True)
             .select_related("cache", "cache__tenant")
             .filter(pk=operation_id)
             .first()
@@ -58,7 +60,8 @@ def _claim(operation_id: str) -> CacheOperation | None:
         if op.attempts >= settings.CACHEPLANE_OPERATION_MAX_ATTEMPTS:
             _fail(op, "attempts_exhausted", f"gave up after {op.attempts} attempts: {op.error}")
             return None
-        cache = CacheObject.objects.select_for_update().get(pk=op.cache_id)
+        # all_tenants: the executor works on an operation row by id; tenant is on the row
+        cache = CacheObject.objects.all_tenants().select_for_update().get(pk=op.cache_id)
         if op.kind == OperationKind.CREATE:
             if cache.state == CacheState.PENDING:
                 cache_transition(
@@ -106,7 +109,13 @@ def operation_finish(op: CacheOperation, status: str, code: str = "", error: str
 
 def _fail(op: CacheOperation, code: str, message: str) -> None:
     operation_finish(op, OperationStatus.FAILED, code, message)
-    cache = CacheObject.objects.select_for_update().select_related("tenant").get(pk=op.cache_id)
+    # all_tenants: the executor works on an operation row by id; tenant is on the row
+    cache = (
+        CacheObject.objects.all_tenants()
+        .select_for_update()
+        .select_related("tenant")
+        .get(pk=op.cache_id)
+    )
     cache.last_error, cache.last_error_code = message[:2000], code
     if op.kind == OperationKind.CREATE and cache.state in (CacheState.PENDING, CacheState.CREATING):
         cache_transition(
@@ -150,17 +159,24 @@ def operation_execute(*, operation_id: str) -> str | None:
             remote = RemoteState()
     except TransientProviderError as exc:
         with transaction.atomic():
-            locked = CacheOperation.objects.select_for_update().get(pk=op.pk)
+            # all_tenants: the executor works on an operation row by id; tenant is on the row
+            locked = CacheOperation.objects.all_tenants().select_for_update().get(pk=op.pk)
             locked.status, locked.lease_until = OperationStatus.PENDING, None
             locked.error, locked.error_code = str(exc)[:2000], exc.code
             locked.save(update_fields=["status", "lease_until", "error", "error_code"])
         raise
     except ProviderError as exc:  # permanent (transient ones were handled above)
         with transaction.atomic():
-            _fail(CacheOperation.objects.select_for_update().get(pk=op.pk), exc.code, str(exc))
+            # all_tenants: the executor works on an operation row by id; tenant is on the row
+            _fail(
+                CacheOperation.objects.all_tenants().select_for_update().get(pk=op.pk),
+                exc.code,
+                str(exc),
+            )
         return OperationStatus.FAILED
     with transaction.atomic():
-        locked = CacheOperation.objects.select_for_update().get(pk=op.pk)
+        # all_tenants: the executor works on an operation row by id; tenant is on the row
+        locked = CacheOperation.objects.all_tenants().select_for_update().get(pk=op.pk)
         if locked.status != OperationStatus.RUNNING:
             return locked.status  # reconciliation settled it meanwhile
         operation_apply_success(locked, remote)
@@ -169,7 +185,13 @@ def operation_execute(*, operation_id: str) -> str | None:
 
 def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
     """Record what the provider reported and move the cache to its next state."""
-    cache = CacheObject.objects.select_for_update().select_related("tenant").get(pk=op.cache_id)
+    # all_tenants: the executor works on an operation row by id; tenant is on the row
+    cache = (
+        CacheObject.objects.all_tenants()
+        .select_for_update()
+        .select_related("tenant")
+        .get(pk=op.cache_id)
+    )
     now = timezone.now()
     fields: list[str] = []
     if op.kind in (OperationKind.CREATE, OperationKind.REFRESH):

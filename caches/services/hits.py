@@ -38,7 +38,8 @@ def cache_hits_flush() -> int:
     now = timezone.now()
     updated = 0
     with transaction.atomic():
-        caches = CacheObject.objects.select_for_update().filter(pk__in=list(counts))
+        # all_tenants: hit counts arrive keyed by cache id, for every tenant
+        caches = CacheObject.objects.all_tenants().select_for_update().filter(pk__in=list(counts))
         for cache in caches:
             hits = counts[str(cache.pk)]
             cache.query_rate_ewma = ewma_update(

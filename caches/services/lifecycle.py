@@ -303,7 +303,13 @@ def _live_duplicate(tenant: Tenant, spec: CacheSpec, digest: str) -> CacheOperat
 
 
 def _locked(cache: CacheObject) -> CacheObject:
-    return CacheObject.objects.select_for_update().select_related("tenant").get(pk=cache.pk)
+    # all_tenants: re-locks a cache row the caller already holds
+    return (
+        CacheObject.objects.all_tenants()
+        .select_for_update()
+        .select_related("tenant")
+        .get(pk=cache.pk)
+    )
 
 
 def cache_extend_ttl(*, cache: CacheObject, actor: Actor, ttl_seconds: int) -> CacheOperation:

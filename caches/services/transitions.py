@@ -76,7 +76,10 @@ def _budget_settle(cache: CacheObject) -> None:
     from billing.models import BudgetReservation, StorageAccrual
     from billing.services.budgets import budget_release, budget_settle
 
-    reservation = BudgetReservation.objects.filter(pk=cache.budget_reservation_id).first()
+    # all_tenants: the reservation id comes from the cache row itself
+    reservation = (
+        BudgetReservation.objects.all_tenants().filter(pk=cache.budget_reservation_id).first()
+    )
     if reservation is None:
         return
     accrued = StorageAccrual.objects.filter(tenant_id=cache.tenant_id, cache_id=str(cache.pk))

@@ -61,7 +61,7 @@ def _create(tenant, admin, **overrides):
         tenant=tenant, actor=actor_for(admin), spec=lifecycle.CacheSpec(**values)
     )
     operation_execute(operation_id=str(outcome.operation.pk))
-    return CacheObject.objects.get(pk=outcome.operation.cache_id)
+    return CacheObject.objects.all_tenants().get(pk=outcome.operation.cache_id)
 
 
 def _probe(worker: Worker, prefix: str, salt: str) -> int:
@@ -81,7 +81,7 @@ def _probe(worker: Worker, prefix: str, salt: str) -> int:
 def _refresh(cache: CacheObject, admin) -> CacheObject:
     op = lifecycle.cache_extend_ttl(cache=cache, actor=actor_for(admin), ttl_seconds=900)
     operation_execute(operation_id=str(op.pk))
-    return CacheObject.objects.get(pk=cache.pk)
+    return CacheObject.objects.all_tenants().get(pk=cache.pk)
 
 
 def test_create_warms_the_prefix_on_the_routed_worker(workers, tenant_a, admin_a) -> None:
@@ -144,7 +144,7 @@ def test_rotating_the_salt_makes_the_tenants_blocks_unreachable_at_once(
 def test_model_without_workers_is_refused_up_front(workers, tenant_a, admin_a) -> None:
     with pytest.raises(UnknownModel):
         _create(tenant_a, admin_a, model="meta-llama/Llama-3.1-8B-Instruct")
-    assert not CacheObject.objects.exists()
+    assert not CacheObject.objects.all_tenants().exists()
 
 
 def test_unreachable_workers_are_a_transient_error(workers, tenant_a, admin_a) -> None:
@@ -158,4 +158,4 @@ def test_unreachable_workers_are_a_transient_error(workers, tenant_a, admin_a) -
     )
     with pytest.raises(TransientProviderError):
         operation_execute(operation_id=str(outcome.operation.pk))
-    assert CacheOperation.objects.get(pk=outcome.operation.pk).status == "pending"
+    assert CacheOperation.objects.all_tenants().get(pk=outcome.operation.pk).status == "pending"
