@@ -103,6 +103,12 @@ class TenantScopedQuerySet(models.QuerySet):
         if not _names_a_tenant(self.query):
             raise TenantScopeRequired(self.model)
 
+    def __repr__(self) -> str:
+        if self._result_cache is None and not self._all_tenants and not self.query.is_empty():
+            if not _names_a_tenant(self.query):
+                return f"<{type(self).__name__} {self.model.__name__}: unscoped, not run>"
+        return super().__repr__()
+
     def _fetch_all(self) -> None:
         if self._result_cache is None:
             self._require_scope()

@@ -284,7 +284,10 @@ def test_bad_budgets_are_rejected_and_nothing_is_written(tenant_a, actor, overri
     before = AuditEvent.objects.count()
     with pytest.raises(error):
         _budget(actor, tenant_a, **overrides)
-    assert not Budget.objects.all_tenants().exists() and not BudgetPeriod.objects.exists()
+    assert (
+        not Budget.objects.all_tenants().exists()
+        and not BudgetPeriod.objects.all_tenants().exists()
+    )
     assert AuditEvent.objects.count() == before
 
 

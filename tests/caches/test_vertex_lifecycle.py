@@ -155,7 +155,10 @@ def test_bad_input_is_refused_before_anything_is_written_or_sent(
     if detail:
         assert raised.value.details[detail] == 1024
         assert "1024" in raised.value.message
-    assert not CacheObject.objects.all_tenants().exists() and not CacheOperation.objects.exists()
+    assert (
+        not CacheObject.objects.all_tenants().exists()
+        and not CacheOperation.objects.all_tenants().exists()
+    )
     assert not AuditEvent.objects.filter(action="caches.cache.create").exists()
     assert vertex.requests() == []
 
