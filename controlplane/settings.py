@@ -355,3 +355,8 @@ CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS = env_float(
 CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE = env_bool(
     "CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE", not PRODUCTION
 )
+
+# WebSocket revocation bound: how often an open socket re-reads its credential and
+# re-decides access (tenants.access) — a logout, revoked key, removed binding or
+# suspension closes it within this many seconds.
+CACHEPLANE_WS_RECHECK_SECONDS = env_float("CACHEPLANE_WS_RECHECK_SECONDS", 5.0, minimum=0.05)
