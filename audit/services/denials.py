@@ -46,7 +46,10 @@ logger = logging.getLogger(__name__)
 #: How long a caller inside a transaction waits for its denial to commit elsewhere.
 DENIAL_WAIT_SECONDS = 1.0
 
-_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="audit-denial")
+# Reads of the committed head never wait on a lock, so a small pool serves them. Each
+# append runs on a thread of its own: an append may wait (on purpose) until the caller's
+# transaction ends, and must never hold up the reads or another caller's append.
+_reader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="audit-denial-read")
 _pending: set[Future] = set()
 _pending_lock = threading.Lock()
 
@@ -79,8 +82,8 @@ def audit_denial(
         return
     chain = chain_for(tenant)
     caller_seq = _head_seq(chain)
-    committed_seq = _submit(_committed_head_seq, chain).result(timeout=30)
-    future = _submit(_append_on_own_connection, event)
+    committed_seq = _reader.submit(_on_own_connection, _committed_head_seq, chain).result()
+    future = _spawn(_append_on_own_connection, event)
     if caller_seq != committed_seq:
         # Our transaction holds the head lock: the append waits for it to end.
         return
@@ -115,11 +118,20 @@ def _head_seq(chain: str) -> int | None:
     return AuditChainHead.objects.filter(chain=chain).values_list("seq", flat=True).first()
 
 
-def _submit(fn, *args) -> Future:
-    future = _executor.submit(_on_own_connection, fn, *args)
+def _spawn(fn, *args) -> Future:
+    """Run ``fn`` on a new daemon thread (its own connection); track it until done."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(_on_own_connection(fn, *args))
+        except BaseException as error:  # delivered to whoever waits on the future
+            future.set_exception(error)
+
     with _pending_lock:
         _pending.add(future)
     future.add_done_callback(_forget)
+    threading.Thread(target=run, name="audit-denial-append", daemon=True).start()
     return future
 
 
