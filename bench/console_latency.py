@@ -100,7 +100,7 @@ def measure_latency(seconds: float, rps: int) -> dict[str, float]:
     from playwright.sync_api import sync_playwright
 
     from controlplane.assets import ensure_assets
-    from frontend.events import publish_now, tenant_group
+    from controlplane.live import publish_now, tenant_group
     from workers.engine.config import CacheConfig, EngineConfig, ModelConfig
     from workers.engine.launcher import serve
 

@@ -20,6 +20,7 @@ from django.db import models
 from django.db.models import F, Func, Q
 
 from tenants.models import Tenant
+from tenants.scoping import TenantScopedManager
 
 RATE = {"max_digits": 16, "decimal_places": 6}
 
@@ -273,6 +274,8 @@ class UsageRecord(models.Model):
     recorded_at = models.DateTimeField(auto_now_add=True)
     repriced_at = models.DateTimeField(null=True, blank=True)
 
+    objects = TenantScopedManager()  # fail closed: queries must name a tenant
+
     class Meta:
         constraints = [
             models.UniqueConstraint(
@@ -331,6 +334,8 @@ class UsageRollup(models.Model):
     cost_micros = models.BigIntegerField(default=0)
     cost_without_cache_micros = models.BigIntegerField(default=0)
 
+    objects = TenantScopedManager()  # fail closed: queries must name a tenant
+
     class Meta:
         constraints = [
             models.UniqueConstraint(
@@ -372,6 +377,8 @@ class StorageAccrual(models.Model):
     cost_nanos = models.BigIntegerField(default=0, db_default=0)
     cost_micros = models.BigIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantScopedManager()  # fail closed: queries must name a tenant
 
     class Meta:
         constraints = [
@@ -439,6 +446,8 @@ class Budget(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     archived_at = models.DateTimeField(null=True, blank=True)
 
+    objects = TenantScopedManager()  # fail closed: queries must name a tenant
+
     class Meta:
         constraints = [
             models.CheckConstraint(name="budget_limit_positive", condition=Q(limit_micros__gt=0)),
@@ -472,6 +481,8 @@ class BudgetPeriod(models.Model):
     spent_micros = models.BigIntegerField(default=0)
     reserved_micros = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantScopedManager()  # fail closed: queries must name a tenant
 
     class Meta:
         constraints = [
@@ -517,6 +528,8 @@ class BudgetReservation(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    objects = TenantScopedManager()  # fail closed: queries must name a tenant
+
     class Meta:
         constraints = [
             models.UniqueConstraint(
@@ -557,6 +570,8 @@ class BudgetAlert(models.Model):
     webhook_attempts = models.PositiveIntegerField(default=0)
     webhook_last_error = models.CharField(max_length=500, blank=True)
     webhook_delivered_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantScopedManager()  # fail closed: queries must name a tenant
 
     class Meta:
         constraints = [

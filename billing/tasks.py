@@ -36,7 +36,12 @@ def budget_reservations_expire_task() -> int:
 )
 def budget_alert_deliver_task(alert_id: str) -> str | None:
     """POST one budget alert's webhook; a delivered or failed alert is left alone."""
-    alert = BudgetAlert.objects.select_related("budget", "period", "tenant").filter(pk=alert_id)
+    # all_tenants: a task loads its row by id; the tenant comes from the row
+    alert = (
+        BudgetAlert.objects.all_tenants()
+        .select_related("budget", "period", "tenant")
+        .filter(pk=alert_id)
+    )
     alert = alert.first()
     if alert is None:
         return None

@@ -9,6 +9,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 from tenants.models import Tenant
+from tenants.scoping import TenantScopedManager
 
 
 class Provider(models.TextChoices):
@@ -110,6 +111,8 @@ class CacheObject(models.Model):
     activated_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
 
+    objects = TenantScopedManager()  # fail closed: queries must name a tenant
+
     class Meta:
         constraints = [
             models.UniqueConstraint(
@@ -193,6 +196,8 @@ class CacheOperation(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    objects = TenantScopedManager()  # fail closed: queries must name a tenant
+
     class Meta:
         constraints = [
             models.UniqueConstraint(
@@ -225,6 +230,8 @@ class CacheTransition(models.Model):
     reason = models.CharField(max_length=300, blank=True)
     at = models.DateTimeField(auto_now_add=True)
 
+    objects = TenantScopedManager()  # fail closed: queries must name a tenant
+
     class Meta:
         indexes = [models.Index(fields=["tenant", "cache", "at"])]
 
@@ -248,6 +255,8 @@ class TenantCacheSettings(models.Model):
     vertex_credentials_file = models.CharField(max_length=500, blank=True)
     gcs_bucket_allow_list = ArrayField(models.CharField(max_length=222), default=list, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantScopedManager()  # fail closed: queries must name a tenant
 
     def __str__(self) -> str:
         return f"cache settings of {self.tenant_id}"

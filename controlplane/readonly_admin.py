@@ -17,3 +17,11 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        # all_tenants: the Django admin is a platform tool (superusers only) that lists
+        # every tenant's rows; tenant-owned managers refuse unscoped queries otherwise.
+        if hasattr(queryset, "all_tenants"):
+            queryset = queryset.all_tenants()
+        return queryset

@@ -498,3 +498,8 @@ CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE = env_bool(
 CACHEPLANE_ROUTING_INDEX = env_choice(
     "CACHEPLANE_ROUTING_INDEX", "kv_events", ("kv_events", "approximate")
 )
+
+# WebSocket revocation bound: how often an open socket re-reads its credential and
+# re-decides access (tenants.access) — a logout, revoked key, removed binding or
+# suspension closes it within this many seconds.
+CACHEPLANE_WS_RECHECK_SECONDS = env_float("CACHEPLANE_WS_RECHECK_SECONDS", 5.0, minimum=0.05)

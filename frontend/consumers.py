@@ -1,35 +1,105 @@
-"""WebSocket consumers: authenticate on connect, check the binding, join groups, only push.
+"""WebSocket consumers: admitted by the access boundary, join permitted topics, only push.
 
-Mutations never arrive over the socket; they go through REST. A principal joins only the
-groups of tenants it holds a binding on (``authorize``), so it receives nothing of others.
+Connect: the caller (session cookie, or ``Authorization: Bearer cpk_...`` for scripts)
+goes through ``tenants.access`` like any REST request; refusals are audited there.
+A socket joins only the topics whose permission it holds (``controlplane.live``'s
+``TENANT_TOPIC_PERMISSIONS``: usage ticks need ``usage.get``, budget alerts
+``budgets.get``, cache events ``caches.get``).
+
+Revocation bound: every ``CACHEPLANE_WS_RECHECK_SECONDS`` (5 s) the socket re-reads its
+credential (the session still exists and still names the user; the key is not revoked
+or expired; the principal is active) and re-decides access from the database. A
+logout, a revoked key, a removed binding or a suspended tenant closes the socket
+within that bound (close codes: 4401 credential ended, 4403 suspended or no readable
+topic, 4404 no binding); a lost permission leaves its topic at once. Mutations never
+arrive over the socket; they go through REST.
 """
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
+from importlib import import_module
+
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
-from frontend.events import platform_group, tenant_group
-from tenants.services.authorization import authorize, principal_has_any_binding
+from controlplane.errors import DomainError
+from controlplane.live import (
+    PLATFORM_TOPIC_PERMISSIONS,
+    TENANT_TOPIC_PERMISSIONS,
+    platform_group,
+    tenant_group,
+)
+from tenants.access import access_platform, access_refused, access_tenant
+from tenants.actor import Actor, AuthMethod
+from tenants.errors import ApiKeyRejected, TenantNotFound, TenantSuspended
+from tenants.models import ApiKey, Principal, Tenant
 
+CLOSE_CREDENTIAL_ENDED = 4401
 CLOSE_UNAUTHORIZED = 4403
 CLOSE_NOT_FOUND = 4404
-TENANT_TOPICS = ("caches", "usage", "alerts")
-PLATFORM_TOPICS = ("events", "usage", "workers", "alerts")
+DEFAULT_RECHECK_SECONDS = 5.0
+# Kept for callers that list topics; the permission of each is in controlplane.live.
+TENANT_TOPICS = tuple(TENANT_TOPIC_PERMISSIONS)
+PLATFORM_TOPICS = tuple(PLATFORM_TOPIC_PERMISSIONS)
+
+
+def recheck_seconds() -> float:
+    return float(getattr(settings, "CACHEPLANE_WS_RECHECK_SECONDS", DEFAULT_RECHECK_SECONDS))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of admitting (or re-admitting) a socket: topics to hold, or a close."""
+
+    topics: tuple[str, ...] = ()
+    close_code: int | None = None
 
 
 class _PushConsumer(AsyncJsonWebsocketConsumer):
-    groups_joined: list[str]
+    """Admits through ``decide`` (sync, in a thread), then re-decides periodically."""
 
-    async def join(self, groups: list[str]) -> None:
-        self.groups_joined = groups
-        for group in groups:
-            await self.channel_layer.group_add(group, self.channel_name)
+    groups_joined: dict[str, str]
+    _recheck_task: asyncio.Task | None = None
+
+    async def connect(self) -> None:
+        self.groups_joined = {}
+        decision = await database_sync_to_async(self.decide)("connect")
+        if decision.close_code is not None:
+            await self.close(code=decision.close_code)
+            return
         await self.accept()
+        await self._hold(decision.topics)
+        self._recheck_task = asyncio.create_task(self._recheck_loop())
 
     async def disconnect(self, code: int) -> None:
-        for group in getattr(self, "groups_joined", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
+        if self._recheck_task is not None:
+            self._recheck_task.cancel()
+        await self._hold(())
+
+    async def _hold(self, topics: tuple[str, ...]) -> None:
+        """Join the groups of ``topics`` and leave every other group."""
+        wanted = {topic: self.group_for(topic) for topic in topics}
+        for topic, group in list(self.groups_joined.items()):
+            if topic not in wanted:
+                await self.channel_layer.group_discard(group, self.channel_name)
+                del self.groups_joined[topic]
+        for topic, group in wanted.items():
+            if topic not in self.groups_joined:
+                await self.channel_layer.group_add(group, self.channel_name)
+                self.groups_joined[topic] = group
+
+    async def _recheck_loop(self) -> None:
+        while True:
+            await asyncio.sleep(recheck_seconds())  # the revocation bound's cadence
+            decision = await database_sync_to_async(self.decide)("recheck")
+            if decision.close_code is not None:
+                await self._hold(())
+                await self.close(code=decision.close_code)
+                return
+            await self._hold(decision.topics)
 
     async def console_event(self, message: dict) -> None:
         await self.send_json(
@@ -43,46 +113,175 @@ class _PushConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content, **kwargs) -> None:
         return None  # push only: anything the client sends is ignored
 
+    # --- subclass hooks (sync, run in a worker thread) ---------------------------------
+
+    def decide(self, phase: str) -> Decision:
+        raise NotImplementedError
+
+    def group_for(self, topic: str) -> str:
+        raise NotImplementedError
+
+    # --- the caller, re-read from the database on every decision ---------------------
+
+    def caller(self) -> tuple[Actor, ApiKey | None] | None:
+        """The socket's credential as it stands now; None when it ended (logout,
+        revoked or expired key, disabled principal) since the socket opened."""
+        token = _bearer(self.scope)
+        if token is not None:
+            return _key_caller(self.scope, token)
+        return _session_caller(self.scope)
+
+    def refuse(self, *, tenant: Tenant | None, reason: str, code: int, phase: str) -> Decision:
+        actor = _scope_actor(self.scope, principal=None)
+        access_refused(
+            actor=actor,
+            tenant=tenant,
+            action=f"frontend.socket.{phase}",
+            reason=reason,
+            target_type="socket",
+            target_id=self.scope.get("path", "")[:200],
+        )
+        return Decision(close_code=code)
+
 
 class PlatformEventsConsumer(_PushConsumer):
-    """Platform-wide events and snapshots, for principals holding ``tenants.list``."""
+    """Platform-wide events and snapshots, for principals holding platform permissions."""
 
-    permission = "tenants.list"
+    def group_for(self, topic: str) -> str:
+        return platform_group(topic)
 
-    async def connect(self) -> None:
-        user = self.scope.get("user")
-        allowed = (
-            user is not None
-            and user.is_authenticated
-            and await database_sync_to_async(authorize)(
-                principal=user, permission=self.permission, tenant=None
+    def decide(self, phase: str) -> Decision:
+        caller = self.caller()
+        if caller is None:
+            code = CLOSE_CREDENTIAL_ENDED if phase == "recheck" else CLOSE_UNAUTHORIZED
+            return self.refuse(tenant=None, reason="credential_ended", code=code, phase=phase)
+        actor, key = caller
+        try:
+            grant = access_platform(
+                actor=actor,
+                permission="tenants.list",
+                action=f"frontend.socket.{phase}",
+                api_key=key,
+                target_type="socket",
+                target_id=self.scope.get("path", "")[:200],
             )
-        )
-        if not allowed:
-            await self.close(code=CLOSE_UNAUTHORIZED)
-            return
-        await self.join([platform_group(topic) for topic in PLATFORM_TOPICS])
+        except DomainError:
+            return Decision(close_code=CLOSE_UNAUTHORIZED)
+        topics = tuple(t for t, p in PLATFORM_TOPIC_PERMISSIONS.items() if grant.allows(p))
+        return Decision(topics=topics)
 
 
 class TenantLiveConsumer(_PushConsumer):
-    """One tenant's cache lifecycle events, usage ticks and alerts, for its members."""
+    """One tenant's cache events, usage ticks and alerts, each for those who may read it."""
 
-    async def connect(self) -> None:
-        user = self.scope.get("user")
+    tenant_id: str | None = None
+
+    def group_for(self, topic: str) -> str:
+        return tenant_group(self.tenant_id, topic)
+
+    def decide(self, phase: str) -> Decision:
         slug = self.scope["url_route"]["kwargs"]["tenant"]
-        tenant = await database_sync_to_async(_tenant_if_member)(user, slug)
-        if tenant is None:
-            await self.close(code=CLOSE_NOT_FOUND)
-            return
-        await self.join([tenant_group(tenant.pk, topic) for topic in TENANT_TOPICS])
+        caller = self.caller()
+        if caller is None and phase == "recheck":
+            tenant = Tenant.objects.filter(pk=self.tenant_id).first()
+            return self.refuse(
+                tenant=tenant, reason="credential_ended", code=CLOSE_CREDENTIAL_ENDED, phase=phase
+            )
+        actor, key = caller if caller is not None else (_scope_actor(self.scope, None), None)
+        try:
+            grant = access_tenant(
+                actor=actor,
+                tenant_ref=slug,
+                permission="member",
+                action=f"frontend.socket.{phase}",
+                api_key=key,
+                target_type="socket",
+                target_id=self.scope.get("path", "")[:200],
+            )
+        except TenantNotFound:
+            return Decision(close_code=CLOSE_NOT_FOUND)
+        except (TenantSuspended, DomainError):
+            return Decision(close_code=CLOSE_UNAUTHORIZED)
+        assert grant.tenant is not None
+        self.tenant_id = str(grant.tenant.pk)
+        topics = tuple(t for t, p in TENANT_TOPIC_PERMISSIONS.items() if grant.allows(p))
+        if not topics:
+            return self.refuse(
+                tenant=grant.tenant,
+                reason="no_readable_topic",
+                code=CLOSE_UNAUTHORIZED,
+                phase=phase,
+            )
+        return Decision(topics=topics)
 
 
-def _tenant_if_member(user, slug: str):
-    from tenants.models import Tenant
+def _bearer(scope: dict) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+    return None
 
-    if user is None or not user.is_authenticated:
+
+def _scope_actor(scope: dict, principal: Principal | None, key_id: str | None = None) -> Actor:
+    client = scope.get("client") or (None, None)
+    agent = ""
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"user-agent":
+            agent = value.decode("latin-1")[:300]
+    if key_id is not None:
+        method = AuthMethod.API_KEY
+    else:
+        method = AuthMethod.SESSION if principal is not None else AuthMethod.ANONYMOUS
+    return Actor(
+        principal=principal,
+        auth_method=method,
+        key_id=key_id,
+        source_ip=client[0],
+        user_agent=agent,
+    )
+
+
+def _session_caller(scope: dict) -> tuple[Actor, None] | None:
+    """The session's user, re-read: None once the session is gone (logout) or no longer
+    names the same, active user (password change invalidates the auth hash)."""
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+
+    user = scope.get("user")
+    if user is None or not getattr(user, "is_authenticated", False):
         return None
-    tenant = Tenant.objects.filter(slug=slug).first()
-    if tenant is None or not principal_has_any_binding(principal=user, tenant=tenant):
+    session = scope.get("session")
+    session_key = getattr(session, "session_key", None)
+    if session_key is None:
+        # A scope built without a session (tests, or a trusted in-process caller).
+        fresh = Principal.objects.filter(pk=user.pk, is_active=True).first()
+        return (_scope_actor(scope, fresh), None) if fresh is not None else None
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    data = store.load()  # from the session backend, not the copy read at connect
+    if str(data.get(SESSION_KEY)) != str(user.pk) or BACKEND_SESSION_KEY not in data:
         return None
-    return tenant
+    fresh = Principal.objects.filter(pk=user.pk, is_active=True).first()
+    if fresh is None:
+        return None
+    stored_hash = data.get(HASH_SESSION_KEY)
+    if stored_hash is not None and stored_hash != fresh.get_session_auth_hash():
+        return None
+    return _scope_actor(scope, fresh), None
+
+
+def _key_caller(scope: dict, token: str) -> tuple[Actor, ApiKey] | None:
+    """The key's principal, re-read from the database (not the 5 s key cache)."""
+    from django.utils import timezone
+
+    from tenants.services.keys import api_key_authenticate, key_cache, key_digest
+
+    key_cache.forget(key_digest(token))  # the socket's bound is its own re-check period
+    try:
+        authenticated = api_key_authenticate(token)
+    except ApiKeyRejected:
+        return None  # the caller records the refusal (credential_ended / no_binding)
+    key = authenticated.key
+    if key.expires_at is not None and key.expires_at <= timezone.now():
+        return None
+    return _scope_actor(scope, authenticated.principal, key_id=str(key.pk)), key

@@ -33,7 +33,10 @@ def hit_series(*, tenant_ids: list[Any] | None, minutes: int = 60) -> list[dict[
     from billing.models import Granularity, UsageRollup
 
     since = timezone.now() - timedelta(minutes=minutes)
-    rollups = UsageRollup.objects.filter(granularity=Granularity.MINUTE, bucket__gte=since)
+    # all_tenants: platform overview spans tenants (callers hold tenants.list)
+    rollups = UsageRollup.objects.all_tenants().filter(
+        granularity=Granularity.MINUTE, bucket__gte=since
+    )
     if tenant_ids is not None:
         rollups = rollups.filter(tenant_id__in=tenant_ids)
     rows = (
@@ -211,10 +214,13 @@ def platform_summary(*, page: int = 1, per_page: int = 50) -> dict[str, Any]:
         .annotate(n=Count("id"))
         .values_list("tenant_id", "n")
     )
-    fleet = UsageRollup.objects.filter(
-        granularity=Granularity.MINUTE, bucket__gte=now - timedelta(hours=1)
-    ).aggregate(
-        prompt=Coalesce(Sum("prompt_tokens"), 0), cached=Coalesce(Sum("cached_read_tokens"), 0)
+    # all_tenants: platform overview spans tenants (callers hold tenants.list)
+    fleet = (
+        UsageRollup.objects.all_tenants()
+        .filter(granularity=Granularity.MINUTE, bucket__gte=now - timedelta(hours=1))
+        .aggregate(
+            prompt=Coalesce(Sum("prompt_tokens"), 0), cached=Coalesce(Sum("cached_read_tokens"), 0)
+        )
     )
     workers = worker_rows()
     alerts = [
@@ -224,7 +230,10 @@ def platform_summary(*, page: int = 1, per_page: int = 50) -> dict[str, Any]:
             "threshold": a.threshold,
             "at": a.created_at.isoformat(),
         }
-        for a in BudgetAlert.objects.select_related("tenant", "budget").order_by("-created_at")[:20]
+        # all_tenants: platform overview spans tenants (callers hold tenants.list)
+        for a in BudgetAlert.objects.all_tenants()
+        .select_related("tenant", "budget")
+        .order_by("-created_at")[:20]
     ]
     return {
         "generated_at": now.isoformat(),
@@ -321,7 +330,9 @@ def workers_summary() -> dict[str, Any]:
 
     workers = worker_rows()
     rows = (
-        CacheObject.objects.filter(provider="vllm", state__in=LIVE_STATES)
+        # all_tenants: platform overview spans tenants (callers hold tenants.list)
+        CacheObject.objects.all_tenants()
+        .filter(provider="vllm", state__in=LIVE_STATES)
         .annotate(worker=Func(F("placement"), function="unnest"))
         .values("worker", "tenant__slug")
         .annotate(tokens=Coalesce(Sum("token_count"), 0), caches=Count("id"))

@@ -1,4 +1,4 @@
-"""Console pages: thin adapters over selectors, guarded by the one ``authorize`` path.
+"""Console pages: thin adapters over selectors, guarded by the access boundary.
 
 A tenant page for a tenant the principal holds no binding on is a 404 (as in the API);
 a page whose permission it lacks is a 403 with a readable message. Denials are audited.
@@ -15,26 +15,13 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from audit.models import Outcome
-from audit.services import audit_record
 from caches import selectors as cache_selectors
 from frontend import selectors
+from tenants.access import PermissionMissing, access_platform, access_tenant
 from tenants.actor import Actor
-from tenants.models import Tenant
+from tenants.errors import TenantNotFound, TenantSuspended
 from tenants.selectors import tenant_list_visible
-from tenants.services.authorization import authorize, principal_permissions
-
-
-def _deny(request: HttpRequest, tenant: Tenant | None, permission: str, reason: str) -> None:
-    audit_record(
-        actor=Actor.from_request(request),
-        action="frontend.page.view",
-        tenant=tenant,
-        outcome=Outcome.DENIED,
-        target_type="page",
-        target_id=request.path[:200],
-        details={"permission": permission, "reason": reason},
-    )
+from tenants.services.authorization import authorize
 
 
 def _forbidden(request: HttpRequest, message: str) -> HttpResponse:
@@ -42,23 +29,34 @@ def _forbidden(request: HttpRequest, message: str) -> HttpResponse:
 
 
 def tenant_page(permission: str) -> Callable:
-    """Resolve ``<tenant>`` from the URL and require ``permission`` there ("member": any)."""
+    """Resolve ``<tenant>`` from the URL and require ``permission`` there ("member": any).
+
+    The decision and its audit are ``tenants.access.access_tenant``'s (the same rules as
+    the API): missing or forbidden → 404, suspended → 403 page, lacking the permission
+    → 403 page. Sets ``request.tenant`` and ``request.held``.
+    """
 
     def decorate(view: Callable) -> Callable:
         @login_required
         @wraps(view)
         def wrapper(request: HttpRequest, tenant: str, *args, **kwargs) -> HttpResponse:
-            obj = Tenant.objects.filter(slug=tenant).first()
-            held = principal_permissions(principal=request.user, tenant=obj) if obj else set()
-            if obj is None or not held:
-                if obj is not None:
-                    _deny(request, obj, permission, "no_binding")
-                raise Http404("No such tenant.")
-            if permission != "member" and permission not in held:
-                _deny(request, obj, permission, "missing_permission")
+            try:
+                grant = access_tenant(
+                    actor=Actor.from_request(request),
+                    tenant_ref=tenant,
+                    permission=permission,
+                    action="frontend.page.view",
+                    target_type="page",
+                    target_id=request.path[:200],
+                )
+            except TenantNotFound:
+                raise Http404("No such tenant.") from None
+            except TenantSuspended:
+                return _forbidden(request, "This tenant is suspended.")
+            except PermissionMissing:
                 return _forbidden(request, f"You need the permission “{permission}” here.")
-            request.tenant = obj  # type: ignore[attr-defined]
-            request.held = held  # type: ignore[attr-defined]
+            request.tenant = grant.tenant  # type: ignore[attr-defined]
+            request.held = grant.permissions  # type: ignore[attr-defined]
             return view(request, *args, **kwargs)
 
         return wrapper
@@ -67,13 +65,24 @@ def tenant_page(permission: str) -> Callable:
 
 
 def platform_page(permission: str) -> Callable:
+    """Require the platform ``permission`` (decided and audited by ``access_platform``)."""
+
     def decorate(view: Callable) -> Callable:
         @login_required
         @wraps(view)
         def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-            if not authorize(principal=request.user, permission=permission, tenant=None):
-                _deny(request, None, permission, "missing_permission")
+            try:
+                grant = access_platform(
+                    actor=Actor.from_request(request),
+                    permission=permission,
+                    action="frontend.page.view",
+                    target_type="page",
+                    target_id=request.path[:200],
+                )
+            except PermissionMissing:
                 return _forbidden(request, f"You need the platform permission “{permission}”.")
+            request.tenant = None  # type: ignore[attr-defined]
+            request.held = grant.permissions  # type: ignore[attr-defined]
             return view(request, *args, **kwargs)
 
         return wrapper

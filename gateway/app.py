@@ -26,7 +26,7 @@ from gateway import budget, upstream
 from gateway.accounting import finish, meter_usage
 from gateway.directory import CacheView, WorkerView, directory
 from gateway.errors import GatewayError
-from gateway.identity import Identity, identify
+from gateway.identity import Identity, identify, identity_refused
 from gateway.metering import Meter
 from gateway.requests import max_tokens, prompt_text, read_body, validate_body
 from gateway.routing import PrefixIndex, order_candidates, pool_under_pressure, route_request
@@ -37,24 +37,7 @@ MAX_FAILOVER = 3
 
 
 def _audit_security(identity: Identity, action: str, details: dict) -> None:
-    from audit.models import Outcome
-    from audit.services import audit_record
-    from tenants.actor import Actor, AuthMethod
-
-    authenticated = identity.authenticated
-    audit_record(
-        actor=Actor(
-            principal=authenticated.principal,
-            auth_method=AuthMethod.API_KEY,
-            key_id=identity.key_id,
-        ),
-        action=action,
-        tenant=authenticated.tenant,
-        outcome=Outcome.DENIED,
-        target_type="gateway",
-        target_id=details.get("reference", ""),
-        details=details,
-    )
+    identity_refused(identity, action=action, reason=action.rsplit(".", 1)[-1], details=details)
 
 
 async def _resolve_cache(
@@ -93,7 +76,14 @@ async def handle(request: Request, kind: str) -> Response:
             user_agent=request.headers.get("user-agent", ""),
         )
         body = await read_body(request)
-        validate_body(body, kind)
+        try:
+            validate_body(body, kind)
+        except GatewayError as refused:
+            if refused.code == "cache_salt_not_allowed":  # a security refusal: audited
+                await sync_to_async(identity_refused, thread_sensitive=False)(
+                    identity, action="gateway.cache_salt.refuse", reason="client_cache_salt"
+                )
+            raise
         cache = await _resolve_cache(identity, body, request)
         await directory.current_workers()
         model = body["model"]

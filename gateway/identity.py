@@ -1,4 +1,7 @@
-"""Who is calling: API-key authentication and authorization, cached for the hot path.
+"""Who is calling: API-key authentication and the access decision, cached for the hot path.
+
+The decision itself is ``tenants.access.access_tenant``'s (the one boundary every entry
+point calls), and so is the audit of a refusal (``gateway.inference.invoke``, denied).
 
 The key lookup goes to the database at most once per key per ``KEY_CACHE_SECONDS``
 (``tenants.services.keys``); the tenant's salt and the key's ``inference.invoke``
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 
+from controlplane.errors import DomainError
 from gateway.errors import GatewayError
 from tenants.errors import ApiKeyRejected
 from tenants.services.keys import (
@@ -34,6 +38,8 @@ class Identity:
     tenant_slug: str
     cache_salt: str
     authenticated: AuthenticatedKey
+    source_ip: str | None = None
+    user_agent: str = ""
 
 
 _identities: dict[str, tuple[float, Identity]] = {}
@@ -41,19 +47,30 @@ _lock = threading.Lock()
 clock = time.monotonic
 
 
-def _resolve(authenticated: AuthenticatedKey) -> Identity:
-    """Authorize (one query) and derive the salt; runs in a worker thread."""
-    from tenants.salt import tenant_cache_salt
-    from tenants.services.authorization import authorize
+def _resolve(authenticated: AuthenticatedKey, source_ip: str | None, user_agent: str) -> Identity:
+    """Admit the key through the access boundary (audited) and derive the salt.
 
-    if not authorize(
-        principal=authenticated.principal,
-        permission="inference.invoke",
-        tenant=authenticated.tenant,
-    ):
+    Runs in a worker thread.
+    """
+    from tenants.access import PermissionMissing, access_tenant
+    from tenants.salt import tenant_cache_salt
+
+    try:
+        access_tenant(
+            actor=_key_actor(authenticated, source_ip, user_agent),
+            tenant_ref=authenticated.tenant.pk,
+            permission="inference.invoke",
+            action="gateway.inference.invoke",
+            api_key=authenticated.key,
+            target_type="api_key",
+            target_id=str(authenticated.key.pk),
+        )
+    except PermissionMissing:
         raise GatewayError(
             403, "permission_denied", "This API key may not invoke models (needs inference.invoke)."
-        )
+        ) from None
+    except DomainError as error:  # suspended since the key was cached, binding gone...
+        raise GatewayError(error.http_status, error.code, error.message) from None
     return Identity(
         key_id=str(authenticated.key.pk),
         principal_id=str(authenticated.principal.pk),
@@ -61,6 +78,42 @@ def _resolve(authenticated: AuthenticatedKey) -> Identity:
         tenant_slug=authenticated.tenant.slug,
         cache_salt=tenant_cache_salt(authenticated.tenant),
         authenticated=authenticated,
+        source_ip=source_ip,
+        user_agent=user_agent[:300],
+    )
+
+
+def _key_actor(authenticated: AuthenticatedKey, source_ip: str | None, user_agent: str):
+    from tenants.actor import Actor, AuthMethod
+
+    return Actor(
+        principal=authenticated.principal,
+        auth_method=AuthMethod.API_KEY,
+        key_id=str(authenticated.key.pk),
+        source_ip=source_ip,
+        user_agent=user_agent[:300],
+    )
+
+
+def identity_refused(
+    identity: Identity, *, action: str, reason: str, details: dict | None = None
+) -> None:
+    """Audit a refusal of an admitted caller's request (sync; call it in a thread).
+
+    For the data plane's own security refusals (a client-supplied ``cache_salt``, a
+    cache reference outside the caller's tenant): written through the boundary's
+    denial writer, so it survives any rollback.
+    """
+    from tenants.access import access_refused
+
+    access_refused(
+        actor=_key_actor(identity.authenticated, identity.source_ip, identity.user_agent),
+        tenant=identity.authenticated.tenant,
+        action=action,
+        reason=reason,
+        target_type="gateway",
+        target_id=str((details or {}).get("reference", ""))[:200],
+        details=details,
     )
 
 
@@ -123,7 +176,9 @@ async def identify(
         entry = _identities.get(key_id)
     if entry is not None and now - entry[0] < KEY_CACHE_SECONDS:
         return entry[1]
-    identity = await sync_to_async(_resolve, thread_sensitive=False)(authenticated)
+    identity = await sync_to_async(_resolve, thread_sensitive=False)(
+        authenticated, source_ip, user_agent
+    )
     with _lock:
         if len(_identities) > 10_000:
             _identities.clear()

@@ -180,7 +180,7 @@ def meter_finish_many(meters: Sequence[Meter]) -> None:
     """
     from billing.services.usage import queue_key, usage_message
     from caches.services.hits import CACHE_HITS_KEY
-    from frontend.live import UsageDelta, usage_ticker
+    from controlplane.live.usage import UsageDelta, usage_ticker
     from tenants.models import Tenant
 
     messages: list[bytes] = []

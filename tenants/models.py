@@ -14,6 +14,8 @@ from django.contrib.postgres.fields import ArrayField
 from django.core.validators import RegexValidator
 from django.db import models
 
+from tenants.scoping import TenantScopedManager
+
 SLUG_VALIDATOR = RegexValidator(
     r"^[a-z][a-z0-9-]{1,38}[a-z0-9]$",
     "3-40 characters: lowercase letters, digits and hyphens, starting with a letter.",
@@ -200,6 +202,8 @@ class ApiKey(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantScopedManager()  # fail closed: queries must name a tenant
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "created_at"])]

@@ -39,6 +39,16 @@ def _tenant_routes() -> list[str]:
 ROUTES = _tenant_routes()
 
 
+def _denial_rows(tenant) -> list:
+    from audit.models import AuditEvent, Outcome
+
+    return list(AuditEvent.objects.filter(tenant=tenant, outcome=Outcome.DENIED).order_by("seq"))
+
+
+def _denials_on(tenant) -> int:
+    return len(_denial_rows(tenant))
+
+
 def test_the_suite_sees_the_tenant_routes() -> None:
     assert any(r.endswith("iam-policy") for r in ROUTES)
     assert len(ROUTES) >= 7
@@ -76,11 +86,15 @@ def _fill(route: str, slug: str, objects: dict[str, str]) -> str:
 def test_b_gets_404_on_every_verb_of_a_route_by_session(api, route, tenant_a, admin_b, a_objects):
     api.force_login(admin_b)
     url = _fill(route, tenant_a.slug, a_objects)
+    before = _denials_on(tenant_a)
     for verb in VERBS:
         response = getattr(api, verb)(url, {}, format="json")
         assert response.status_code == 404, (verb, url, response.status_code)
         if url.startswith("/api/"):
             assert response.json()["error"]["code"] == "not_found"
+    # Every refusal left evidence on A's chain, with B as the actor.
+    assert _denials_on(tenant_a) - before == len(VERBS), url
+    assert {e.actor_id for e in _denial_rows(tenant_a)} == {str(admin_b.pk)}
 
 
 @pytest.mark.django_db
@@ -95,6 +109,7 @@ def test_b_gets_404_on_every_verb_of_a_route_by_api_key(
         response = getattr(api, verb)(url, {}, format="json")
         if url.startswith("/api/"):
             assert response.status_code == 404, (verb, url, response.status_code)
+            assert _denial_rows(tenant_a)[-1].key_id == str(issued.key.pk)
         else:
             # Console pages take sessions only: a key is sent to the login page, which
             # reveals nothing about the tenant.
@@ -138,7 +153,7 @@ def test_b_cannot_reference_a_ids_in_its_own_inputs(
         f"/api/v1/tenants/{tenant_b.slug}/keys/{a_objects['pk']}/revoke", {}, format="json"
     )
     assert revoke.status_code == 404
-    assert ApiKey.objects.get(pk=a_objects["pk"]).revoked_at is None
+    assert ApiKey.objects.all_tenants().get(pk=a_objects["pk"]).revoked_at is None
 
 
 @pytest.mark.asyncio
@@ -159,3 +174,56 @@ async def test_b_receives_none_of_a_platform_or_tenant_events() -> None:
     communicator.scope["user"] = user
     connected, code = await communicator.connect()
     assert not connected and code == 4403
+
+
+ROLE_TOPICS = {
+    "tenant.viewer": {"caches", "usage", "alerts"},
+    "tenant.developer": {"caches"},
+    "tenant.cacheAdmin": {"caches"},
+    "tenant.billingAdmin": {"usage", "alerts"},
+    "tenant.auditor": {"usage"},
+    "tenant.admin": {"caches", "usage", "alerts"},
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_each_role_receives_exactly_the_topics_it_may_read_and_nothing_of_b() -> None:
+    """Per predefined role: a socket on A gets the topics whose permission the role
+    holds (a developer no spend ticks or budget alerts); nobody gets B's events."""
+    from asgiref.sync import sync_to_async
+    from channels.testing import WebsocketCommunicator
+
+    from controlplane.live import TENANT_TOPIC_PERMISSIONS, publish_now, tenant_group
+    from frontend.consumers import TenantLiveConsumer
+    from tenants.permissions import PREDEFINED_ROLES
+    from tests.factories import HumanFactory, TenantFactory, bind
+
+    roles = {r.name: r.permissions for r in PREDEFINED_ROLES if r.scope == "tenant"}
+    assert set(ROLE_TOPICS) == set(roles)  # a new role must be added to this matrix
+    for role, topics in ROLE_TOPICS.items():
+        expected = {t for t, p in TENANT_TOPIC_PERMISSIONS.items() if p in roles[role]}
+        assert topics == expected, role
+    a = await sync_to_async(TenantFactory)()
+    b = await sync_to_async(TenantFactory)()
+    sockets = {}
+    for role in ROLE_TOPICS:
+        user = await sync_to_async(HumanFactory)()
+        await sync_to_async(bind)(user, role, a)
+        socket = WebsocketCommunicator(TenantLiveConsumer.as_asgi(), f"/ws/t/{a.slug}/live")
+        socket.scope["user"] = user
+        socket.scope["url_route"] = {"kwargs": {"tenant": a.slug}}
+        assert (await socket.connect())[0], role
+        sockets[role] = socket
+    for tenant in (b, a):  # B's events first: none may arrive
+        for topic in TENANT_TOPIC_PERMISSIONS:
+            await sync_to_async(publish_now)(
+                tenant_group(tenant.pk, topic), f"{topic}.event", {"tenant": str(tenant.pk)}
+            )
+    for role, socket in sockets.items():
+        got = []
+        while not await socket.receive_nothing(timeout=0.3):
+            got.append(await socket.receive_json_from(timeout=1))
+        assert {m["payload"]["tenant"] for m in got} <= {str(a.pk)}, role
+        assert {m["event"].split(".")[0] for m in got} == ROLE_TOPICS[role], role
+        await socket.disconnect()

@@ -195,7 +195,7 @@ def workers_probe_all(*, client: httpx.Client | None = None) -> list[Worker]:
     probe records its own outcome, and an unexpected error is logged and that worker
     marked unhealthy.
     """
-    from frontend.events import platform_group, publish_now
+    from controlplane.live import platform_group, publish_now
 
     owned = client is None
     client = client or httpx.Client(timeout=3)

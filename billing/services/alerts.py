@@ -61,7 +61,8 @@ def webhook_body(alert: BudgetAlert) -> bytes:
 
 def _record(alert_id: object, **fields: object) -> None:
     with transaction.atomic():
-        BudgetAlert.objects.filter(pk=alert_id).update(**fields)
+        # all_tenants: the delivery task updates its alert row by id
+        BudgetAlert.objects.all_tenants().filter(pk=alert_id).update(**fields)
 
 
 def webhook_destination_refused(url: str) -> str:

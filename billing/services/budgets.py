@@ -30,8 +30,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.models import Outcome
 from audit.services import audit_record
+from audit.services.denials import audit_denial
 from billing.errors import BudgetExceeded, BudgetNearLimit, InvalidUsage
 from billing.models import (
     Budget,
@@ -143,16 +143,16 @@ def budget_reserve(
         "reserved_micros": refused.reserved_micros,
         "estimate_micros": estimate_micros,
     }
-    with transaction.atomic():
-        audit_record(
-            actor=actor or _denial_actor(principal),
-            action="billing.budget.exceeded",
-            tenant=tenant,
-            outcome=Outcome.DENIED,
-            target_type="budget",
-            target_id=str(refused.budget_id),
-            details={**details, "request_id": request_id},
-        )
+    # Its own transaction (audit.services.denials): the caller's rollback, e.g. of a
+    # refused cache-create, must not erase the evidence of the refusal.
+    audit_denial(
+        actor=actor or _denial_actor(principal),
+        action="billing.budget.exceeded",
+        tenant=tenant,
+        target_type="budget",
+        target_id=str(refused.budget_id),
+        details={**details, "request_id": request_id},
+    )
     raise BudgetExceeded("The request would exceed the budget's hard limit.", details=details)
 
 
@@ -214,16 +214,15 @@ def _pins_allowed_or_raise(
             "reserved_micros": period.reserved_micros,
             "near_budget_percent": int(NEAR_BUDGET * 100),
         }
-        with transaction.atomic():
-            audit_record(
-                actor=actor or _denial_actor(principal),
-                action="billing.budget.pin_refused",
-                tenant=tenant,
-                outcome=Outcome.DENIED,
-                target_type="budget",
-                target_id=str(budget.pk),
-                details={**details, "request_id": request_id},
-            )
+        # A denial outlives the caller's rollback (the cache create is rolled back).
+        audit_denial(
+            actor=actor or _denial_actor(principal),
+            action="billing.budget.pin_refused",
+            tenant=tenant,
+            target_type="budget",
+            target_id=str(budget.pk),
+            details={**details, "request_id": request_id},
+        )
         raise BudgetNearLimit(
             "The tenant is near a hard budget's limit: no new caches until it recovers.",
             details=details,
@@ -269,7 +268,8 @@ def budget_settle(*, reservation: BudgetReservation, actual_micros: int) -> Budg
         reservation.actual_micros = actual_micros
         return reservation
     with transaction.atomic():
-        locked = BudgetReservation.objects.select_for_update().get(pk=reservation.pk)
+        # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
+        locked = BudgetReservation.objects.all_tenants().select_for_update().get(pk=reservation.pk)
         if locked.state in (ReservationState.SETTLED, ReservationState.RELEASED):
             return locked
         release = locked.amount_micros if locked.state == ReservationState.HELD else 0
@@ -288,7 +288,8 @@ def budget_release(*, reservation: BudgetReservation) -> BudgetReservation:
         reservation.state = ReservationState.RELEASED
         return reservation
     with transaction.atomic():
-        locked = BudgetReservation.objects.select_for_update().get(pk=reservation.pk)
+        # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
+        locked = BudgetReservation.objects.all_tenants().select_for_update().get(pk=reservation.pk)
         if locked.state != ReservationState.HELD:
             return locked
         _move(locked, release=locked.amount_micros, spend=0)
@@ -308,13 +309,16 @@ def budget_reservations_expire(*, now: datetime | None = None, limit: int | None
     limit = limit or settings.CACHEPLANE_BILLING_EXPIRE_BATCH
     with transaction.atomic():
         due = list(
-            BudgetReservation.objects.select_for_update(skip_locked=True)
+            # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
+            BudgetReservation.objects.all_tenants()
+            .select_for_update(skip_locked=True)
             .filter(state=ReservationState.HELD, expires_at__lt=now)
             .order_by("expires_at")[:limit]
         )
         for reservation in due:
             _move(reservation, release=reservation.amount_micros, spend=0)
-        BudgetReservation.objects.filter(pk__in=[r.pk for r in due]).update(
+        # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
+        BudgetReservation.objects.all_tenants().filter(pk__in=[r.pk for r in due]).update(
             state=ReservationState.EXPIRED, finished_at=now
         )
     return len(due)
@@ -329,7 +333,8 @@ def _alerts_raise(*, tenant_id: object, moved: list[dict]) -> list[BudgetAlert]:
     crossing = [m for m in moved if m["new_spent"] > m["old_spent"]]
     if not crossing:
         return raised
-    budgets = Budget.objects.in_bulk([m["budget_id"] for m in crossing])
+    # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
+    budgets = Budget.objects.all_tenants().in_bulk([m["budget_id"] for m in crossing])
     for m in crossing:
         budget = budgets[m["budget_id"]]
         for threshold in sorted(budget.thresholds):
@@ -356,7 +361,8 @@ def _alerts_raise(*, tenant_id: object, moved: list[dict]) -> list[BudgetAlert]:
                 row = cursor.fetchone()
             if row is None:
                 continue
-            alert = BudgetAlert.objects.select_related("tenant").get(pk=row[0])
+            # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
+            alert = BudgetAlert.objects.all_tenants().select_related("tenant").get(pk=row[0])
             audit_record(
                 actor=Actor.system("billing"),
                 action="billing.budget.threshold_crossed",
@@ -370,7 +376,7 @@ def _alerts_raise(*, tenant_id: object, moved: list[dict]) -> list[BudgetAlert]:
                     "alert": str(alert.pk),
                 },
             )
-            from frontend.events import platform_group, publish_on_commit, tenant_group
+            from controlplane.live import platform_group, publish_on_commit, tenant_group
 
             event = {
                 "budget": budget.name,

@@ -185,7 +185,8 @@ def _reprice_usage_batch(rows: list[UsageRecord], result: RepriceResult) -> None
 def _reprice_storage(
     *, since: datetime, until: datetime | None, tenant: Tenant | None, result: RepriceResult
 ) -> None:
-    qs = StorageAccrual.objects.filter(hour__gte=hour_floor(since))
+    # all_tenants: repricing walks every tenant's ledger since a date
+    qs = StorageAccrual.objects.all_tenants().filter(hour__gte=hour_floor(since))
     if until is not None:
         qs = qs.filter(hour__lt=until)
     if tenant is not None:
@@ -232,7 +233,8 @@ def _reprice_storage(
                     continue
                 result.storage_rows_changed += 1
                 result.storage_delta_nanos += nanos - a.cost_nanos
-                StorageAccrual.objects.filter(pk=a.pk).update(
+                # all_tenants: repricing walks every tenant's ledger since a date
+                StorageAccrual.objects.all_tenants().filter(pk=a.pk).update(
                     price_version_id=price_id,
                     pool_price_id=pool_price_id,
                     cost_nanos=nanos,
@@ -293,7 +295,8 @@ def usage_reprice(
     for every tenant) with the counts and the total difference.
     """
     result = RepriceResult()
-    qs = UsageRecord.objects.filter(occurred_at__gte=since)
+    # all_tenants: repricing walks every tenant's ledger since a date
+    qs = UsageRecord.objects.all_tenants().filter(occurred_at__gte=since)
     if until is not None:
         qs = qs.filter(occurred_at__lt=until)
     if tenant is not None:

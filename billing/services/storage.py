@@ -146,13 +146,15 @@ def storage_accrue(
                 start=covered_from,
                 end=covered_to,
             )
-            StorageAccrual.objects.filter(pk=row_id).update(
+            # all_tenants: the hourly accrual sweep writes rows of every tenant by id
+            StorageAccrual.objects.all_tenants().filter(pk=row_id).update(
                 cost_nanos=nanos,
                 cost_micros=nanos_to_micros(nanos),
                 price_version_id=price_id,
                 pool_price_id=pool_price_id,
             )
-            rows.append(StorageAccrual.objects.get(pk=row_id))
+            # all_tenants: the hourly accrual sweep writes rows of every tenant by id
+            rows.append(StorageAccrual.objects.all_tenants().get(pk=row_id))
             bucket += HOUR
     return rows
 

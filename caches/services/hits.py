@@ -41,7 +41,9 @@ def cache_hits_flush() -> int:
     with transaction.atomic():
         # Several cache rows: locked in primary-key order (caches.services.locks).
         caches = (
-            CacheObject.objects.select_for_update(no_key=True)
+            # all_tenants: hit counts arrive keyed by cache id, for every tenant
+            CacheObject.objects.all_tenants()
+            .select_for_update(no_key=True)
             .filter(pk__in=list(counts))
             .order_by("pk")
         )

@@ -44,7 +44,9 @@ def cache_lock(*, cache_id: object) -> CacheObject:
     Raises ``CacheObject.DoesNotExist`` when the row is gone.
     """
     return (
-        CacheObject.objects.select_for_update(no_key=True, of=("self",))
+        # all_tenants: locks are taken by primary key; the tenant is on the row
+        CacheObject.objects.all_tenants()
+        .select_for_update(no_key=True, of=("self",))
         .select_related("tenant")
         .get(pk=cache_id)
     )
@@ -59,13 +61,19 @@ def operation_lock(
     transaction holds the operation (a worker already on it).
     """
     cache_id = (
-        CacheOperation.objects.filter(pk=operation_id).values_list("cache_id", flat=True).first()
+        # all_tenants: operations are executed by id; the tenant is on the row
+        CacheOperation.objects.all_tenants()
+        .filter(pk=operation_id)
+        .values_list("cache_id", flat=True)
+        .first()
     )
     if cache_id is None:
         return None
     cache = cache_lock(cache_id=cache_id)
     op = (
-        CacheOperation.objects.select_for_update(no_key=True, skip_locked=skip_locked)
+        # all_tenants: operations are executed by id; the tenant is on the row
+        CacheOperation.objects.all_tenants()
+        .select_for_update(no_key=True, skip_locked=skip_locked)
         .filter(pk=operation_id)
         .first()
     )

@@ -46,7 +46,9 @@ def vertex_scopes_all_tenants() -> list[tuple[str, str]]:
     Cross-tenant on purpose: reconciliation compares whole provider scopes.
     """
     scopes = set(
-        CacheObject.objects.filter(provider=Provider.VERTEX)
+        # all_tenants: reconciliation compares every tenant's rows with the provider
+        CacheObject.objects.all_tenants()
+        .filter(provider=Provider.VERTEX)
         .exclude(state__in=[CacheState.EXPIRED, CacheState.EVICTED, CacheState.FAILED])
         .values_list("vertex_project", "vertex_location")
         .distinct()
@@ -59,7 +61,8 @@ def vertex_scopes_all_tenants() -> list[tuple[str, str]]:
 def _scope_credentials(project: str) -> str:
     from caches.models import TenantCacheSettings
 
-    own = TenantCacheSettings.objects.filter(vertex_project=project).first()
+    # all_tenants: reconciliation compares every tenant's rows with the provider
+    own = TenantCacheSettings.objects.all_tenants().filter(vertex_project=project).first()
     return own.vertex_credentials_file if own else ""
 
 
@@ -75,16 +78,19 @@ def reconcile_vertex_scope(*, project: str, location: str) -> ReconcileRun:
     provider = VertexProvider(VertexScope(project, location, _scope_credentials(project)))
     run = ReconcileRun.objects.create(scope=f"vertex:{project}/{location}")
     remote = {listing.display_name: listing for listing in provider.list_ours()}
-    records = CacheObject.objects.filter(
-        provider=Provider.VERTEX, vertex_project=project, vertex_location=location
-    ).filter(
-        Q(
-            state__in=[
-                CacheState.ACTIVE,
-                CacheState.REFRESHING,
-                CacheState.CREATING,
-                CacheState.PENDING,
-            ]
+    # all_tenants: reconciliation compares every tenant's rows with the provider
+    records = (
+        CacheObject.objects.all_tenants()
+        .filter(provider=Provider.VERTEX, vertex_project=project, vertex_location=location)
+        .filter(
+            Q(
+                state__in=[
+                    CacheState.ACTIVE,
+                    CacheState.REFRESHING,
+                    CacheState.CREATING,
+                    CacheState.PENDING,
+                ]
+            )
         )
     )
     claimed: set[str] = set()
@@ -103,7 +109,8 @@ def reconcile_vertex_scope(*, project: str, location: str) -> ReconcileRun:
         if name in claimed:
             continue
         cache_id = _cache_id_from(name)
-        record = CacheObject.objects.filter(pk=cache_id).first() if cache_id else None
+        # all_tenants: reconciliation compares every tenant's rows with the provider
+        record = CacheObject.objects.all_tenants().filter(pk=cache_id).first() if cache_id else None
         if record is not None and record.state in (CacheState.CREATING, CacheState.PENDING):
             run.adopted += _adopt(record, provider)
             continue
@@ -152,7 +159,9 @@ def _adopt(cache: CacheObject, provider: VertexProvider) -> int:
         # Lock order (caches.services.locks): the cache, then its create operation.
         locked = cache_lock(cache_id=cache.pk)
         op = (
-            CacheOperation.objects.select_for_update(no_key=True)
+            # all_tenants: reconciliation compares every tenant's rows with the provider
+            CacheOperation.objects.all_tenants()
+            .select_for_update(no_key=True)
             .filter(
                 cache=locked,
                 kind=OperationKind.CREATE,
@@ -180,10 +189,19 @@ def operations_requeue_stuck(*, now=None) -> int:
     """Re-enqueue open operations whose lease lapsed or that never started."""
     now = now or timezone.now()
     stale_pending = now - timedelta(seconds=settings.CACHEPLANE_OPERATION_LEASE_SECONDS)
-    stuck = CacheOperation.objects.filter(
-        Q(status=OperationStatus.RUNNING, lease_until__lt=now)
-        | Q(status=OperationStatus.PENDING, lease_until__isnull=True, created_at__lt=stale_pending)
-    ).order_by("created_at")[: settings.CACHEPLANE_SWEEP_BATCH]
+    # all_tenants: reconciliation compares every tenant's rows with the provider
+    stuck = (
+        CacheOperation.objects.all_tenants()
+        .filter(
+            Q(status=OperationStatus.RUNNING, lease_until__lt=now)
+            | Q(
+                status=OperationStatus.PENDING,
+                lease_until__isnull=True,
+                created_at__lt=stale_pending,
+            )
+        )
+        .order_by("created_at")[: settings.CACHEPLANE_SWEEP_BATCH]
+    )
     count = 0
     for op in stuck:
         with transaction.atomic():

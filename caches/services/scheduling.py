@@ -36,7 +36,9 @@ def cache_expire_due(*, now: datetime | None = None, limit: int | None = None) -
     limit = limit or settings.CACHEPLANE_SWEEP_BATCH
     with transaction.atomic():
         due = list(
-            CacheObject.objects.select_for_update(skip_locked=True, no_key=True, of=("self",))
+            # all_tenants: the scheduler sweeps every tenant's due caches
+            CacheObject.objects.all_tenants()
+            .select_for_update(skip_locked=True, no_key=True, of=("self",))
             .select_related("tenant")
             .filter(state__in=[CacheState.ACTIVE, CacheState.REFRESHING], expire_at__lte=now)
             .order_by("expire_at")[:limit]
@@ -72,7 +74,9 @@ def cache_enqueue_due_refreshes(*, now: datetime | None = None, limit: int | Non
     handled = 0
     with transaction.atomic():
         due = list(
-            CacheObject.objects.select_for_update(skip_locked=True, of=("self",))
+            # all_tenants: the scheduler sweeps every tenant's due caches
+            CacheObject.objects.all_tenants()
+            .select_for_update(skip_locked=True, of=("self",))
             .select_related("tenant")
             .filter(state=CacheState.ACTIVE)
             .filter(Q(next_refresh_at__lte=now) | Q(next_prewarm_at__lte=now))

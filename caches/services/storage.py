@@ -61,7 +61,9 @@ def cache_storage_accrue_recent(
     now = now or timezone.now()
     since = now - LOOKBACK
     qs = (
-        CacheObject.objects.select_related("tenant")
+        # all_tenants: the storage accrual sweep covers every tenant
+        CacheObject.objects.all_tenants()
+        .select_related("tenant")
         .filter(activated_at__isnull=False, token_count__isnull=False)
         .filter(
             Q(state__in=[CacheState.ACTIVE, CacheState.REFRESHING, CacheState.EVICTING])

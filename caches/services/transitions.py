@@ -8,7 +8,7 @@ from django.utils import timezone
 from audit.services import audit_record
 from audit.snapshot import diff, model_snapshot
 from caches.models import TERMINAL_STATES, TRANSITIONS, CacheObject, CacheTransition
-from frontend.events import publish_on_commit, tenant_group
+from controlplane.live import publish_on_commit, tenant_group
 from tenants.actor import Actor
 
 
@@ -82,7 +82,10 @@ def _budget_settle(cache: CacheObject) -> None:
     from billing.services.budgets import budget_release, budget_settle
     from caches.services.storage import cache_storage_accrue_final
 
-    reservation = BudgetReservation.objects.filter(pk=cache.budget_reservation_id).first()
+    # all_tenants: the reservation id comes from the cache row itself
+    reservation = (
+        BudgetReservation.objects.all_tenants().filter(pk=cache.budget_reservation_id).first()
+    )
     if reservation is None:
         return
     cache_storage_accrue_final(cache=cache)  # to the last second, before the hold settles

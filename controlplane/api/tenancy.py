@@ -1,27 +1,27 @@
-"""Base views that make every API route fail closed.
+"""Base views that make every API route fail closed, through the one access boundary.
 
-``TenantScopedMixin`` resolves the tenant from the URL, then decides, before the action
-runs: unknown tenant, a key of another tenant, or no binding at all → 404 (the API never
-reveals that another tenant exists); a member lacking the action's permission → 403;
-a member of a suspended tenant → 403 ``tenant_suspended``. Each denial is audited.
-``PlatformMixin`` does the same for platform permissions.
+``TenantScopedMixin`` hands the tenant from the URL, the caller and the action's
+permission to ``tenants.access.access_tenant`` before the action runs, and sets
+``self.tenant`` (and ``self.held``) when admitted; ``PlatformMixin`` does the same with
+``access_platform``. The rules (404 for missing or forbidden, 403 ``tenant_suspended``,
+403 ``permission_denied``) and the denial audit live there, not here.
 """
 
 from __future__ import annotations
 
-from rest_framework import exceptions
 from rest_framework.request import Request
 
-from audit.models import Outcome
-from audit.services import audit_record
-from controlplane.api.authentication import TenantSuspendedError
+from tenants.access import (
+    MEMBER,
+    PermissionMissing,
+    access_platform,
+    access_refused,
+    access_tenant,
+)
 from tenants.actor import Actor
-from tenants.models import RoleBinding, Tenant, TenantState
-from tenants.services.authorization import authorize, principal_permissions
+from tenants.models import ApiKey, Tenant
 
-#: Action permission meaning "any binding on this tenant" (reading the tenant itself,
-#: testing one's own permissions).
-MEMBER = "member"
+__all__ = ["MEMBER", "ActionPermissionMixin", "PlatformMixin", "TenantScopedMixin"]
 
 
 class ActionPermissionMixin:
@@ -41,53 +41,48 @@ class ActionPermissionMixin:
     def actor(self) -> Actor:
         return Actor.from_request(self.request)
 
-    def audit_denied(self, tenant: Tenant | None, reason: str, permission: str | None) -> None:
-        audit_record(
+    def audit_action(self) -> str:
+        return f"{self.audit_entity}.{self.action_name()}"
+
+    def _refuse_unmapped(self, tenant: Tenant | None) -> None:
+        """An action missing from ``action_permissions`` is refused (deny by default)."""
+        access_refused(
             actor=self.actor(),
-            action=f"{self.audit_entity}.{self.action_name()}",
             tenant=tenant,
-            outcome=Outcome.DENIED,
+            action=self.audit_action(),
+            reason="action_not_allowed",
             target_type="route",
             target_id=self.request.path[:200],
-            details={"reason": reason, "permission": permission},
         )
+        raise PermissionMissing("This action is not allowed.")
+
+    def api_key(self) -> ApiKey | None:
+        auth = self.request.auth
+        return auth if isinstance(auth, ApiKey) else None
 
 
 class TenantScopedMixin(ActionPermissionMixin):
-    """For views under ``/api/v1/tenants/{tenant}/``; sets ``self.tenant``."""
+    """For views under ``/api/v1/tenants/{tenant}/``; sets ``self.tenant``/``self.held``."""
 
     tenant: Tenant
+    held: frozenset[str]
 
     def initial(self, request: Request, *args, **kwargs) -> None:
         super().initial(request, *args, **kwargs)  # authentication first
-        slug = kwargs.get("tenant")
-        tenant = Tenant.objects.filter(slug=slug).first()
         permission = self.required_permission()
-        principal = request.user
-        if tenant is None:
-            raise exceptions.NotFound()
-        key = request.auth
-        if key is not None and getattr(key, "tenant_id", None) != tenant.pk:
-            self.audit_denied(tenant, "api_key_of_another_tenant", permission)
-            raise exceptions.NotFound()
-        held = principal_permissions(principal=principal, tenant=tenant)
-        if not held:
-            if (
-                tenant.state == TenantState.SUSPENDED
-                and RoleBinding.objects.filter(tenant=tenant, principal=principal).exists()
-            ):
-                self.audit_denied(tenant, "tenant_suspended", permission)
-                raise TenantSuspendedError("The tenant is suspended.")
-            self.audit_denied(tenant, "no_binding", permission)
-            raise exceptions.NotFound()
-        if permission is None or (permission != MEMBER and permission not in held):
-            self.audit_denied(tenant, "missing_permission", permission)
-            raise exceptions.PermissionDenied(
-                f"You lack the permission {permission!r} on this tenant."
-                if permission
-                else "This action is not allowed."
-            )
-        self.tenant = tenant
+        grant = access_tenant(
+            actor=self.actor(),
+            tenant_ref=str(kwargs.get("tenant", "")),
+            # An action without a permission is denied: MEMBER is checked, then refused.
+            permission=permission or MEMBER,
+            action=self.audit_action(),
+            api_key=self.api_key(),
+            target_id=request.path[:200],
+        )
+        if permission is None:
+            self._refuse_unmapped(grant.tenant)
+        self.tenant = grant.tenant  # type: ignore[assignment]
+        self.held = grant.permissions
 
 
 class PlatformMixin(ActionPermissionMixin):
@@ -96,16 +91,13 @@ class PlatformMixin(ActionPermissionMixin):
     def initial(self, request: Request, *args, **kwargs) -> None:
         super().initial(request, *args, **kwargs)
         permission = self.required_permission()
-        if request.auth is not None:
-            # API keys are tenant credentials; platform operations need a platform session.
-            self.audit_denied(None, "api_key_on_platform_route", permission)
-            raise exceptions.PermissionDenied("API keys cannot call platform routes.")
-        if permission is None or not authorize(
-            principal=request.user, permission=permission, tenant=None
-        ):
-            self.audit_denied(None, "missing_permission", permission)
-            raise exceptions.PermissionDenied(
-                f"You lack the platform permission {permission!r}."
-                if permission
-                else "This action is not allowed."
-            )
+        if permission is None:
+            self._refuse_unmapped(None)
+        grant = access_platform(
+            actor=self.actor(),
+            permission=permission,
+            action=self.audit_action(),
+            api_key=self.api_key(),
+            target_id=request.path[:200],
+        )
+        self.held = grant.permissions

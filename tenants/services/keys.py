@@ -149,7 +149,13 @@ def api_key_authenticate(token: str) -> AuthenticatedKey:
     cached = key_cache.get(digest)
     if cached is not None and _still_valid(cached):
         return cached
-    key = ApiKey.objects.select_related("principal", "tenant").filter(digest=digest).first()
+    # all_tenants: a key is found by digest before its tenant is known
+    key = (
+        ApiKey.objects.all_tenants()
+        .select_related("principal", "tenant")
+        .filter(digest=digest)
+        .first()
+    )
     if key is None or not hmac.compare_digest(key.digest, digest):
         raise ApiKeyRejected("invalid_api_key", "The API key is not valid.")
     ids = {"key_id": str(key.pk), "tenant_id": str(key.tenant_id)}
@@ -164,7 +170,8 @@ def api_key_authenticate(token: str) -> AuthenticatedKey:
     now = timezone.now()
     if key.last_used_at is None or now - key.last_used_at >= LAST_USED_RESOLUTION:
         # At most one write per key per minute, not one per request.
-        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+        # all_tenants: a key is found by digest before its tenant is known
+        ApiKey.objects.all_tenants().filter(pk=key.pk).update(last_used_at=now)
         key.last_used_at = now
     result = AuthenticatedKey(key=key, principal=key.principal, tenant=key.tenant)
     key_cache.put(digest, result)

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from audit.services import audit_record
 from audit.snapshot import EMPTY, diff, model_snapshot
-from frontend.events import platform_group, publish_on_commit
+from controlplane.live import platform_group, publish_on_commit
 from tenants.actor import Actor
 from tenants.errors import DuplicateName, UnknownPrincipal
 from tenants.models import Principal, PrincipalKind, Role, RoleBinding, Tenant, TenantState

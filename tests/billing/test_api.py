@@ -98,7 +98,7 @@ def test_spend_groups_requests_and_storage(api, admin_a, usage, group_by) -> Non
     response = api.get(f"{A}/usage/spend", {"group_by": group_by, **WINDOW})
     assert response.status_code == 200, response.json()
     rows = response.json()["rows"]
-    storage = StorageAccrual.objects.get().cost_micros
+    storage = StorageAccrual.objects.all_tenants().get().cost_micros
     assert storage == 75_000  # 10 minutes × $0.45/h
     if group_by == "cache":
         by_key = {r["key"]: r for r in rows}
@@ -192,7 +192,7 @@ def test_bad_budgets_get_400_with_a_stable_code_and_write_nothing(
     body = {"name": "b", "period": "month", "limit_micros": 1_000_000, **payload}
     response = api.post(f"{A}/budgets", body, format="json")
     assert response.status_code == 400 and _error(response)["code"] == code
-    assert not Budget.objects.exists()
+    assert not Budget.objects.all_tenants().exists()
 
 
 def test_a_viewer_reads_budgets_but_cannot_write_them(api, tenant_a) -> None:
@@ -203,7 +203,7 @@ def test_a_viewer_reads_budgets_but_cannot_write_them(api, tenant_a) -> None:
     response = api.post(
         f"{A}/budgets", {"name": "x", "period": "day", "limit_micros": 1}, format="json"
     )
-    assert response.status_code == 403 and not Budget.objects.exists()
+    assert response.status_code == 403 and not Budget.objects.all_tenants().exists()
 
 
 def test_b_cannot_reach_a_budget_through_its_own_tenant(api, admin_a, admin_b, tenant_b) -> None:
@@ -217,7 +217,7 @@ def test_b_cannot_reach_a_budget_through_its_own_tenant(api, admin_a, admin_b, t
             f"/api/v1/tenants/{tenant_b.slug}/budgets/{budget_id}", {}, format="json"
         )
         assert response.status_code == 404
-    assert Budget.objects.get(pk=budget_id).archived_at is None
+    assert Budget.objects.all_tenants().get(pk=budget_id).archived_at is None
 
 
 def test_budget_and_alert_lists_stay_within_a_query_budget(

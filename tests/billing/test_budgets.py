@@ -79,7 +79,7 @@ def test_over_the_hard_limit_the_request_is_refused_before_any_work(
         )
     assert (caught.value.code, caught.value.http_status) == ("budget_exceeded", 402)
     assert _period(budget).reserved_micros == 4 * DOLLAR
-    assert not BudgetReservation.objects.filter(request_id="r2").exists()
+    assert not BudgetReservation.objects.all_tenants().filter(request_id="r2").exists()
     denial = AuditEvent.objects.get(action="billing.budget.exceeded")
     assert denial.outcome == "denied" and denial.details["request_id"] == "r2"
 
@@ -91,7 +91,11 @@ def test_a_soft_budget_alerts_but_never_refuses(tenant_a, admin_a, actor) -> Non
     )
     budget_settle(reservation=hold, actual_micros=3 * DOLLAR)
     assert _period(budget).spent_micros == 3 * DOLLAR
-    assert sorted(BudgetAlert.objects.values_list("threshold", flat=True)) == [50, 80, 100]
+    assert sorted(BudgetAlert.objects.all_tenants().values_list("threshold", flat=True)) == [
+        50,
+        80,
+        100,
+    ]
 
 
 def test_a_replayed_request_id_returns_the_first_reservation(tenant_a, admin_a, actor) -> None:
@@ -111,7 +115,7 @@ def test_without_a_budget_nothing_is_held_or_written(tenant_a, admin_a) -> None:
     )
     assert hold._state.adding and hold.period_ids == []
     assert budget_settle(reservation=hold, actual_micros=5).state == ReservationState.SETTLED
-    assert not BudgetReservation.objects.exists()
+    assert not BudgetReservation.objects.all_tenants().exists()
 
 
 def test_a_service_account_budget_applies_to_that_account_only(tenant_a, admin_a, actor) -> None:
@@ -150,8 +154,11 @@ def test_release_and_expiry_return_the_hold(tenant_a, admin_a, actor) -> None:
     assert budget_reservations_expire(now=later) == 1
     assert budget_reservations_expire(now=later) == 0  # running it twice is a no-op
     assert _period(budget).reserved_micros == 3 * DOLLAR
-    assert BudgetReservation.objects.get(request_id="timed-out").state == ReservationState.EXPIRED
-    assert BudgetReservation.objects.get(pk=live.pk).state == ReservationState.HELD
+    assert (
+        BudgetReservation.objects.all_tenants().get(request_id="timed-out").state
+        == ReservationState.EXPIRED
+    )
+    assert BudgetReservation.objects.all_tenants().get(pk=live.pk).state == ReservationState.HELD
 
 
 def test_the_expiry_task_run_twice_is_a_noop(tenant_a, admin_a, actor) -> None:
@@ -163,7 +170,7 @@ def test_the_expiry_task_run_twice_is_a_noop(tenant_a, admin_a, actor) -> None:
         request_id="stale",
         ttl=timedelta(seconds=1),
     )
-    BudgetReservation.objects.filter(pk=hold.pk).update(
+    BudgetReservation.objects.all_tenants().filter(pk=hold.pk).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
     assert budget_reservations_expire_task.apply().result == 1
@@ -192,7 +199,7 @@ def test_each_threshold_alerts_once_per_period(tenant_a, admin_a, actor) -> None
             tenant=tenant_a, principal=admin_a, estimate_micros=dollars * DOLLAR, request_id=f"r{i}"
         )
         budget_settle(reservation=hold, actual_micros=dollars * DOLLAR)
-    alerts = list(BudgetAlert.objects.order_by("threshold"))
+    alerts = list(BudgetAlert.objects.all_tenants().order_by("threshold"))
     assert [(a.threshold, a.spent_micros) for a in alerts] == [
         (50, 55 * DOLLAR),
         (80, 80 * DOLLAR),
@@ -279,7 +286,10 @@ def test_bad_budgets_are_rejected_and_nothing_is_written(tenant_a, actor, overri
     before = AuditEvent.objects.count()
     with pytest.raises(error):
         _budget(actor, tenant_a, **overrides)
-    assert not Budget.objects.exists() and not BudgetPeriod.objects.exists()
+    assert (
+        not Budget.objects.all_tenants().exists()
+        and not BudgetPeriod.objects.all_tenants().exists()
+    )
     assert AuditEvent.objects.count() == before
 
 

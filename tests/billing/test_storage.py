@@ -42,7 +42,7 @@ def test_repeated_and_overlapping_reports_charge_each_second_once(tenant_a, pric
         end=T0 + timedelta(minutes=40),
         **PRO,
     )
-    row = StorageAccrual.objects.get(cache_id="c1")
+    row = StorageAccrual.objects.all_tenants().get(cache_id="c1")
     assert (row.covered_from, row.covered_to) == (T0, T0 + timedelta(minutes=40))
     assert row.cost_micros == 300_000  # 40 minutes at $0.45/h
 
@@ -51,7 +51,7 @@ def test_nothing_accrues_after_eviction(tenant_a, price_book) -> None:
     evicted = T0 + timedelta(minutes=5)
     rows = storage_accrue(tenant=tenant_a, cache_id="c1", start=T0, end=evicted, **PRO)
     assert rows[-1].covered_to == evicted
-    assert StorageAccrual.objects.filter(hour__gt=T0).count() == 0
+    assert StorageAccrual.objects.all_tenants().filter(hour__gt=T0).count() == 0
     assert storage_accrue(tenant=tenant_a, cache_id="c2", start=T0, end=T0, **PRO) == []
 
 
@@ -93,7 +93,7 @@ def test_bad_intervals_and_unpriced_models_are_refused_and_nothing_is_written(
             start=T0,
             end=T0 + timedelta(minutes=1),
         )
-    assert not StorageAccrual.objects.exists()
+    assert not StorageAccrual.objects.all_tenants().exists()
 
 
 def test_a_reprice_after_a_storage_price_fix_recomputes_accruals(
@@ -120,4 +120,4 @@ def test_a_reprice_after_a_storage_price_fix_recomputes_accruals(
     )
     result = usage_reprice(actor=platform_actor, since=T0)
     assert (result.storage_rows_changed, result.storage_delta_micros) == (1, -50_000)
-    assert StorageAccrual.objects.get().cost_micros == 400_000
+    assert StorageAccrual.objects.all_tenants().get().cost_micros == 400_000

@@ -46,7 +46,7 @@ def test_the_request_path_only_appends_to_redis(
     with django_assert_num_queries(0):
         _record(tenant_a, "req-1")
     assert usage_queue.llen(queue_key()) == 1
-    assert not UsageRecord.objects.exists()
+    assert not UsageRecord.objects.all_tenants().exists()
 
 
 def test_flush_writes_priced_rows_and_minute_and_day_rollups(
@@ -66,16 +66,16 @@ def test_flush_writes_priced_rows_and_minute_and_day_rollups(
     result = usage_flush()
     assert (result.inserted, result.duplicates, result.unpriced) == (3, 0, 0)
     assert usage_queue.llen(queue_key()) == 0
-    row = UsageRecord.objects.get(request_id="req-1")
+    row = UsageRecord.objects.all_tenants().get(request_id="req-1")
     assert row.price_version_id == price_book[("vertex", "gemini-2.5-pro")].pk
     assert (row.cost_micros, row.cost_without_cache_micros) == (33_750, 135_000)
     assert (row.ttft_ms, row.latency_ms, row.cache_id) == (140, 2_300, "cache-1")
     # Streaming with the same counts costs the same; a failed request billed nothing.
-    assert UsageRecord.objects.get(request_id="req-2").cost_micros == 33_750
-    assert UsageRecord.objects.get(request_id="req-3").cost_micros == 0
-    minute = UsageRollup.objects.get(granularity=Granularity.MINUTE, bucket=T0)
+    assert UsageRecord.objects.all_tenants().get(request_id="req-2").cost_micros == 33_750
+    assert UsageRecord.objects.all_tenants().get(request_id="req-3").cost_micros == 0
+    minute = UsageRollup.objects.all_tenants().get(granularity=Granularity.MINUTE, bucket=T0)
     assert (minute.requests, minute.cost_micros, minute.cached_read_tokens) == (2, 67_500, 180_000)
-    day = UsageRollup.objects.get(granularity=Granularity.DAY)
+    day = UsageRollup.objects.all_tenants().get(granularity=Granularity.DAY)
     assert day.bucket == T0.replace(hour=0)
     assert (day.requests, day.error_requests, day.cost_micros) == (3, 1, 67_500)
     assert day.cost_without_cache_micros == 270_000
@@ -91,8 +91,8 @@ def test_running_the_flush_twice_and_replaying_messages_changes_nothing(
     _record(tenant_a, "req-1")
     result = usage_flush()
     assert (result.inserted, result.duplicates) == (0, 2)
-    assert UsageRecord.objects.count() == 1
-    assert UsageRollup.objects.get(granularity=Granularity.DAY).requests == 1
+    assert UsageRecord.objects.all_tenants().count() == 1
+    assert UsageRollup.objects.all_tenants().get(granularity=Granularity.DAY).requests == 1
 
 
 def test_a_batch_claimed_by_a_worker_that_died_is_flushed_later(
@@ -125,7 +125,7 @@ def test_rows_without_a_price_are_kept_at_zero_until_a_reprice_finds_one(
         output_tokens=0,
     )
     assert usage_flush().unpriced == 1
-    row = UsageRecord.objects.get(request_id="req-x")
+    row = UsageRecord.objects.all_tenants().get(request_id="req-x")
     assert (row.cost_micros, row.price_version_id) == (0, None)
     ModelPrice.objects.create(
         provider="openai",
@@ -144,7 +144,7 @@ def test_rows_without_a_price_are_kept_at_zero_until_a_reprice_finds_one(
     )
     row.refresh_from_db()
     assert row.cost_micros == 2_000
-    assert UsageRollup.objects.get(granularity=Granularity.DAY).cost_micros == 2_000
+    assert UsageRollup.objects.all_tenants().get(granularity=Granularity.DAY).cost_micros == 2_000
 
 
 def test_a_reprice_after_a_price_fix_updates_rows_and_rollups_and_is_audited(
@@ -180,7 +180,9 @@ def test_a_reprice_after_a_price_fix_updates_rows_and_rollups_and_is_audited(
     assert set(
         UsageRecord.objects.filter(tenant=tenant_a).values_list("cost_micros", flat=True)
     ) == {31_500}
-    assert UsageRecord.objects.get(request_id="b-1").cost_micros == 33_750  # other tenant
+    assert (
+        UsageRecord.objects.all_tenants().get(request_id="b-1").cost_micros == 33_750
+    )  # other tenant
     day_a = UsageRollup.objects.get(tenant=tenant_a, granularity=Granularity.DAY)
     assert (day_a.cost_micros, day_a.requests) == (63_000, 2)
     minutes = UsageRollup.objects.filter(tenant=tenant_a, granularity=Granularity.MINUTE)

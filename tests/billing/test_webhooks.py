@@ -73,7 +73,9 @@ def _cross_threshold(tenant, admin, actor, url: str):
     secret = budget.webhook_secret  # shown once, at creation
     hold = budget_reserve(tenant=tenant, principal=admin, estimate_micros=600_000, request_id="r1")
     budget_settle(reservation=hold, actual_micros=600_000)
-    return BudgetAlert.objects.select_related("budget", "period", "tenant").get(), secret
+    return BudgetAlert.objects.all_tenants().select_related(
+        "budget", "period", "tenant"
+    ).get(), secret
 
 
 def _cross_threshold_again(tenant, admin, actor, url: str):

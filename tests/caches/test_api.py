@@ -60,7 +60,7 @@ def test_idempotency_key_replay_returns_the_original_operation(api, vertex, tena
     )
     assert clash.status_code == 409
     assert clash.json()["error"]["code"] == "idempotency_key_reused"
-    assert CacheObject.objects.count() == 1
+    assert CacheObject.objects.all_tenants().count() == 1
 
 
 @pytest.mark.parametrize(
@@ -83,7 +83,7 @@ def test_bad_create_input_is_4xx_with_a_code_and_nothing_written(
     response = api.post(_url(tenant_a), _body(**overrides), format="json")
     assert response.status_code == status, response.json()
     assert response.json()["error"]["code"] == code
-    assert not CacheObject.objects.exists()
+    assert not CacheObject.objects.all_tenants().exists()
     assert vertex.requests() == []
 
 
@@ -106,7 +106,7 @@ def test_viewer_can_read_but_not_evict(api, vertex, tenant_a, admin_a) -> None:
     assert api.get(_url(tenant_a, f"/{op['cache']}")).status_code == 200
     denied = api.post(_url(tenant_a, f"/{op['cache']}/evict"), {}, format="json")
     assert denied.status_code == 403
-    assert CacheObject.objects.get(pk=op["cache"]).state == CacheState.ACTIVE
+    assert CacheObject.objects.all_tenants().get(pk=op["cache"]).state == CacheState.ACTIVE
 
 
 def test_extend_policy_and_evict_over_the_api(api, vertex, tenant_a, admin_a) -> None:

@@ -46,7 +46,7 @@ def test_a_cache_whose_ttl_storage_exceeds_the_budget_is_refused_with_nothing_se
     with pytest.raises(BudgetExceeded) as raised:
         lifecycle.cache_create(tenant=tenant_a, actor=actor_for(admin_a), spec=_spec())
     assert raised.value.http_status == 402
-    assert not CacheObject.objects.exists()
+    assert not CacheObject.objects.all_tenants().exists()
     assert vertex.requests() == []
 
 
@@ -61,16 +61,16 @@ def test_storage_is_held_accrued_and_settled_when_the_cache_ends(vertex, tenant_
     )
     outcome = lifecycle.cache_create(tenant=tenant_a, actor=actor_for(admin_a), spec=_spec())
     operation_execute(operation_id=str(outcome.operation.pk))
-    cache = CacheObject.objects.get(pk=outcome.operation.cache_id)
-    hold = BudgetReservation.objects.get(pk=cache.budget_reservation_id)
+    cache = CacheObject.objects.all_tenants().get(pk=outcome.operation.cache_id)
+    hold = BudgetReservation.objects.all_tenants().get(pk=cache.budget_reservation_id)
     assert hold.state == "held" and hold.amount_micros > 0
     # Pretend it has been live for 90 minutes, then accrue (twice: idempotent).
-    CacheObject.objects.filter(pk=cache.pk).update(
+    CacheObject.objects.all_tenants().filter(pk=cache.pk).update(
         activated_at=timezone.now() - timedelta(minutes=90)
     )
     cache_storage_accrue_recent()
     cache_storage_accrue_recent()
-    accrued = StorageAccrual.objects.filter(cache_id=str(cache.pk))
+    accrued = StorageAccrual.objects.all_tenants().filter(cache_id=str(cache.pk))
     total = sum(a.cost_micros for a in accrued)
     assert accrued.count() >= 2 and total > 0
     op = lifecycle.cache_evict(cache=cache, actor=actor_for(admin_a))

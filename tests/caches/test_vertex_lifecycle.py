@@ -52,7 +52,7 @@ def _create(tenant, admin, **overrides):
 
 def _run(outcome) -> CacheObject:
     operation_execute(operation_id=str(outcome.operation.pk))
-    return CacheObject.objects.get(pk=outcome.operation.cache_id)
+    return CacheObject.objects.all_tenants().get(pk=outcome.operation.cache_id)
 
 
 def test_create_goes_pending_then_active_with_remote_facts(
@@ -94,9 +94,9 @@ def test_a_retried_create_adopts_the_remote_cache_instead_of_making_a_second(
     outcome = _create(tenant_a, admin_a)
     operation_execute(operation_id=str(outcome.operation.pk))
     # Pretend the worker died after the remote call: the record still says running.
-    cache = CacheObject.objects.get(pk=outcome.operation.cache_id)
-    CacheObject.objects.filter(pk=cache.pk).update(state=CacheState.CREATING)
-    CacheOperation.objects.filter(pk=outcome.operation.pk).update(
+    cache = CacheObject.objects.all_tenants().get(pk=outcome.operation.cache_id)
+    CacheObject.objects.all_tenants().filter(pk=cache.pk).update(state=CacheState.CREATING)
+    CacheOperation.objects.all_tenants().filter(pk=outcome.operation.pk).update(
         status=OperationStatus.RUNNING, lease_until=timezone.now() - timedelta(seconds=1)
     )
     assert operation_execute(operation_id=str(outcome.operation.pk)) == "succeeded"
@@ -112,7 +112,7 @@ def test_same_content_and_model_reuses_the_live_cache_within_a_tenant_only(
     assert not again.created and again.operation.pk == first.operation.pk
     other = _create(tenant_b, admin_b)
     assert other.created and other.operation.cache_id != first.operation.cache_id
-    assert CacheObject.objects.count() == 2
+    assert CacheObject.objects.all_tenants().count() == 2
 
 
 def test_idempotency_key_replays_and_refuses_a_different_body(vertex, tenant_a, admin_a) -> None:
@@ -155,7 +155,10 @@ def test_bad_input_is_refused_before_anything_is_written_or_sent(
     if detail:
         assert raised.value.details[detail] == 1024
         assert "1024" in raised.value.message
-    assert not CacheObject.objects.exists() and not CacheOperation.objects.exists()
+    assert (
+        not CacheObject.objects.all_tenants().exists()
+        and not CacheOperation.objects.all_tenants().exists()
+    )
     assert not AuditEvent.objects.filter(action="caches.cache.create").exists()
     assert vertex.requests() == []
 
@@ -209,10 +212,10 @@ def test_unavailable_beyond_client_retries_leaves_the_operation_for_a_task_retry
     outcome = _create(tenant_a, admin_a)
     with pytest.raises(TransientProviderError):
         operation_execute(operation_id=str(outcome.operation.pk))
-    op = CacheOperation.objects.get(pk=outcome.operation.pk)
+    op = CacheOperation.objects.all_tenants().get(pk=outcome.operation.pk)
     assert op.status == OperationStatus.PENDING and op.error_code == "provider_unavailable"
     assert operation_execute(operation_id=str(outcome.operation.pk)) == "succeeded"
-    assert CacheObject.objects.get(pk=op.cache_id).state == CacheState.ACTIVE
+    assert CacheObject.objects.all_tenants().get(pk=op.cache_id).state == CacheState.ACTIVE
 
 
 def test_provider_minimum_token_400_fails_the_cache_with_its_numbers(
@@ -290,7 +293,9 @@ def test_orphans_with_our_prefix_are_reported_or_deleted_by_policy(
 def test_sweeper_expires_only_due_caches(vertex, tenant_a, admin_a) -> None:
     due = _run(_create(tenant_a, admin_a, name="due"))
     later = _run(_create(tenant_a, admin_a, name="later", content=big_content("later")))
-    CacheObject.objects.filter(pk=due.pk).update(expire_at=timezone.now() - timedelta(seconds=1))
+    CacheObject.objects.all_tenants().filter(pk=due.pk).update(
+        expire_at=timezone.now() - timedelta(seconds=1)
+    )
     assert scheduling.cache_expire_due() == 1
     due.refresh_from_db(), later.refresh_from_db()
     assert (due.state, later.state) == (CacheState.EXPIRED, CacheState.ACTIVE)
@@ -311,10 +316,10 @@ def test_sliding_cache_used_recently_is_extended_unused_one_is_left_to_expire(
         )
     )
     now = timezone.now()
-    CacheObject.objects.filter(pk__in=[used.pk, idle.pk]).update(next_refresh_at=now)
-    CacheObject.objects.filter(pk=used.pk).update(last_hit_at=now)
+    CacheObject.objects.all_tenants().filter(pk__in=[used.pk, idle.pk]).update(next_refresh_at=now)
+    CacheObject.objects.all_tenants().filter(pk=used.pk).update(last_hit_at=now)
     assert scheduling.cache_enqueue_due_refreshes() == 2
-    refresh_ops = CacheOperation.objects.filter(kind="refresh")
+    refresh_ops = CacheOperation.objects.all_tenants().filter(kind="refresh")
     assert [op.cache_id for op in refresh_ops] == [used.pk]
     operation_execute(operation_id=str(refresh_ops[0].pk))
     assert len(vertex.requests(method="PATCH")) == 1
@@ -323,9 +328,9 @@ def test_sliding_cache_used_recently_is_extended_unused_one_is_left_to_expire(
 def test_prewarm_cron_schedules_a_refresh_and_the_next_run(vertex, tenant_a, admin_a) -> None:
     cache = _run(_create(tenant_a, admin_a, prewarm_cron="0 7 * * 1-5"))
     assert cache.next_prewarm_at is not None and cache.next_prewarm_at.hour == 7
-    CacheObject.objects.filter(pk=cache.pk).update(next_prewarm_at=timezone.now())
+    CacheObject.objects.all_tenants().filter(pk=cache.pk).update(next_prewarm_at=timezone.now())
     scheduling.cache_enqueue_due_refreshes()
-    op = CacheOperation.objects.get(kind="refresh")
+    op = CacheOperation.objects.all_tenants().get(kind="refresh")
     assert op.params["reason"] == "pre-warm"
     cache.refresh_from_db()
     assert cache.next_prewarm_at > timezone.now()

@@ -61,7 +61,7 @@ def _create(tenant, admin, **overrides):
         tenant=tenant, actor=actor_for(admin), spec=lifecycle.CacheSpec(**values)
     )
     operation_execute(operation_id=str(outcome.operation.pk))
-    return CacheObject.objects.get(pk=outcome.operation.cache_id)
+    return CacheObject.objects.all_tenants().get(pk=outcome.operation.cache_id)
 
 
 def _probe(worker: Worker, prefix: str, salt: str) -> int:
@@ -81,7 +81,7 @@ def _probe(worker: Worker, prefix: str, salt: str) -> int:
 def _refresh(cache: CacheObject, admin) -> CacheObject:
     op = lifecycle.cache_extend_ttl(cache=cache, actor=actor_for(admin), ttl_seconds=900)
     operation_execute(operation_id=str(op.pk))
-    return CacheObject.objects.get(pk=cache.pk)
+    return CacheObject.objects.all_tenants().get(pk=cache.pk)
 
 
 def test_create_warms_the_prefix_on_the_routed_worker(workers, tenant_a, admin_a) -> None:
@@ -144,7 +144,7 @@ def test_rotating_the_salt_makes_the_tenants_blocks_unreachable_at_once(
 def test_model_without_workers_is_refused_up_front(workers, tenant_a, admin_a) -> None:
     with pytest.raises(UnknownModel):
         _create(tenant_a, admin_a, model="meta-llama/Llama-3.1-8B-Instruct")
-    assert not CacheObject.objects.exists()
+    assert not CacheObject.objects.all_tenants().exists()
 
 
 def test_unreachable_workers_are_a_transient_error(workers, tenant_a, admin_a) -> None:
@@ -158,7 +158,7 @@ def test_unreachable_workers_are_a_transient_error(workers, tenant_a, admin_a) -
     )
     with pytest.raises(TransientProviderError):
         operation_execute(operation_id=str(outcome.operation.pk))
-    assert CacheOperation.objects.get(pk=outcome.operation.pk).status == "pending"
+    assert CacheOperation.objects.all_tenants().get(pk=outcome.operation.pk).status == "pending"
 
 
 def _pin(cache: CacheObject) -> CacheObject:
@@ -167,12 +167,16 @@ def _pin(cache: CacheObject) -> CacheObject:
 
     from caches.services.scheduling import cache_enqueue_due_refreshes
 
-    CacheObject.objects.filter(pk=cache.pk).update(next_refresh_at=timezone.now())
+    CacheObject.objects.all_tenants().filter(pk=cache.pk).update(next_refresh_at=timezone.now())
     assert cache_enqueue_due_refreshes() == 1
-    op = CacheOperation.objects.filter(cache=cache, requested_by__isnull=True).latest("created_at")
+    op = (
+        CacheOperation.objects.all_tenants()
+        .filter(cache=cache, requested_by__isnull=True)
+        .latest("created_at")
+    )
     assert operation_execute(operation_id=str(op.pk)) == "succeeded"
     assert operation_execute(operation_id=str(op.pk)) is None  # run twice: a no-op
-    return CacheObject.objects.get(pk=cache.pk)
+    return CacheObject.objects.all_tenants().get(pk=cache.pk)
 
 
 def test_a_pin_that_changes_nothing_writes_no_timeline_entry_and_no_audit_event(
@@ -198,7 +202,7 @@ def test_a_pin_that_recounts_the_prefix_writes_one_coalesced_record(
 
     cache = _create(tenant_a, admin_a)
     counted = cache.token_count
-    CacheObject.objects.filter(pk=cache.pk).update(token_count=1)
+    CacheObject.objects.all_tenants().filter(pk=cache.pk).update(token_count=1)
     transitions, events = cache.transitions.count(), AuditEvent.objects.count()
     cache = _pin(cache)
     assert cache.token_count == counted

@@ -52,7 +52,7 @@ def test_a_real_worker_creates_the_cache_from_the_enqueued_task(
         )
         cache_id = outcome.operation.cache_id
         _wait(
-            lambda: CacheObject.objects.get(pk=cache_id).state == CacheState.ACTIVE,
+            lambda: CacheObject.objects.all_tenants().get(pk=cache_id).state == CacheState.ACTIVE,
             60,
             "the worker to activate the cache",
         )
@@ -85,15 +85,15 @@ def test_kill_9_during_create_then_reconcile_leaves_exactly_one_remote_cache(
         _wait(lambda: len(vertex.stored_caches()) == 1, 60, "the remote create")
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=10)
-        op = CacheOperation.objects.get(pk=outcome.operation.pk)
+        op = CacheOperation.objects.all_tenants().get(pk=outcome.operation.pk)
         assert op.status == OperationStatus.RUNNING
-        assert CacheObject.objects.get(pk=op.cache_id).state == CacheState.CREATING
+        assert CacheObject.objects.all_tenants().get(pk=op.cache_id).state == CacheState.CREATING
 
         vertex.set_reply_delay(0)
         second = _start_worker(vertex, tmp_path, "survivor")
         _wait(
             lambda: (
-                CacheOperation.objects.get(pk=op.pk).lease_until
+                CacheOperation.objects.all_tenants().get(pk=op.pk).lease_until
                 < __import__("django.utils.timezone").utils.timezone.now()
             ),
             10,
@@ -102,7 +102,7 @@ def test_kill_9_during_create_then_reconcile_leaves_exactly_one_remote_cache(
         assert reconcile.operations_requeue_stuck() == 1
         _wait(
             lambda: (
-                CacheObject.objects.get(pk=op.cache_id).state
+                CacheObject.objects.all_tenants().get(pk=op.cache_id).state
                 in (CacheState.ACTIVE, CacheState.FAILED)
             ),
             60,
@@ -112,7 +112,7 @@ def test_kill_9_during_create_then_reconcile_leaves_exactly_one_remote_cache(
         _stop(first)
         if second is not None:
             _stop(second)
-    cache = CacheObject.objects.get(pk=op.cache_id)
+    cache = CacheObject.objects.all_tenants().get(pk=op.cache_id)
     assert cache.state == CacheState.ACTIVE
     assert len(vertex.stored_caches()) == 1
     # The doomed worker's create never got its reply logged; the survivor adopted the

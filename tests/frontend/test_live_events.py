@@ -8,8 +8,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
+from controlplane.live import platform_group, publish_now
 from frontend.consumers import PlatformEventsConsumer
-from frontend.events import platform_group, publish_now
 from tenants.models import Principal
 
 
@@ -48,8 +48,8 @@ async def test_non_admin_is_refused_on_connect() -> None:
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_tenant_members_get_their_tenants_events_and_nothing_of_others() -> None:
+    from controlplane.live import tenant_group
     from frontend.consumers import TenantLiveConsumer
-    from frontend.events import tenant_group
     from tests.factories import HumanFactory, TenantFactory, bind
 
     a = await sync_to_async(TenantFactory)(slug="live-a")
@@ -80,7 +80,7 @@ async def test_tenant_members_get_their_tenants_events_and_nothing_of_others() -
 
 
 def test_usage_ticker_coalesces_requests_into_one_tick_per_tenant() -> None:
-    from frontend.live import UsageDelta, UsageTicker
+    from controlplane.live.usage import UsageDelta, UsageTicker
 
     ticker = UsageTicker(autostart=False)  # flushed by hand below
     for _ in range(50):

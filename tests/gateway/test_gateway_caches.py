@@ -58,7 +58,7 @@ def test_vllm_cache_prefix_is_prepended_and_hits(live_server_url, ref_workers, t
     from caches.services.hits import cache_hits_flush
 
     assert cache_hits_flush() == 1
-    cache = CacheObject.objects.get(pk=cache_id)
+    cache = CacheObject.objects.all_tenants().get(pk=cache_id)
     assert cache.hit_count == 2 and cache.hit_tokens >= 800 and cache.query_rate_ewma > 0
 
 

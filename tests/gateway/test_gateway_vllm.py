@@ -313,5 +313,5 @@ def test_usage_goes_straight_to_the_ledger_when_the_queue_is_unreachable(tenant_
         )
     finally:
         metering._redis_client = original
-    row = UsageRecord.objects.get(request_id="req-no-redis")
+    row = UsageRecord.objects.all_tenants().get(request_id="req-no-redis")
     assert (row.prompt_tokens, row.cached_read_tokens, row.output_tokens) == (100, 64, 3)

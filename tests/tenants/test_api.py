@@ -259,4 +259,4 @@ def test_service_account_key_cannot_be_created_for_another_tenants_account(
         format="json",
     )
     assert response.status_code == 400 and _error(response)["code"] == "unknown_principal"
-    assert not ApiKey.objects.exists()
+    assert not ApiKey.objects.all_tenants().exists()

@@ -30,7 +30,7 @@ def test_key_has_fixed_prefix_and_valid_checksum_and_only_a_digest_is_stored(
     assert keys.key_is_well_formed(token)
     flipped = token[:-1] + ("A" if token[-1] != "A" else "B")
     assert not keys.key_is_well_formed(flipped)
-    row = ApiKey.objects.get(pk=issued.key.pk)
+    row = ApiKey.objects.all_tenants().get(pk=issued.key.pk)
     assert token not in {row.digest, row.prefix, row.name}
     assert row.digest == keys.key_digest(token)
     assert row.prefix == token[: keys.DISPLAY_PREFIX_LEN]
@@ -42,7 +42,7 @@ def test_authentication_returns_principal_and_tenant_and_records_last_use(
     issued = _issue(tenant_a, admin_a)
     result = keys.api_key_authenticate(issued.plaintext)
     assert result.principal == admin_a and result.tenant == tenant_a
-    assert ApiKey.objects.get(pk=issued.key.pk).last_used_at is not None
+    assert ApiKey.objects.all_tenants().get(pk=issued.key.pk).last_used_at is not None
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,9 @@ def test_well_formed_but_unknown_key_is_rejected(db) -> None:
 
 def test_expired_key_is_rejected(tenant_a, admin_a) -> None:
     issued = _issue(tenant_a, admin_a, expires_at=timezone.now() + timedelta(hours=1))
-    ApiKey.objects.filter(pk=issued.key.pk).update(expires_at=timezone.now() - timedelta(1))
+    ApiKey.objects.all_tenants().filter(pk=issued.key.pk).update(
+        expires_at=timezone.now() - timedelta(1)
+    )
     with pytest.raises(ApiKeyRejected) as raised:
         keys.api_key_authenticate(issued.plaintext)
     assert raised.value.code == "api_key_expired"
@@ -73,7 +75,7 @@ def test_revoked_key_is_refused_within_the_bound_even_when_cached(tenant_a, admi
     issued = _issue(tenant_a, admin_a)
     keys.api_key_authenticate(issued.plaintext)  # now cached in this process
     # Another process revokes it: this process's cache does not hear about it...
-    ApiKey.objects.filter(pk=issued.key.pk).update(revoked_at=timezone.now())
+    ApiKey.objects.all_tenants().filter(pk=issued.key.pk).update(revoked_at=timezone.now())
     start = keys.key_cache.clock()
     keys.key_cache.clock = lambda: start + keys.KEY_CACHE_SECONDS - 0.5
     try:
@@ -133,7 +135,7 @@ def test_key_for_a_more_powerful_service_account_is_escalation(tenant_a) -> None
     key_maker.__dict__.pop("_cacheplane_permission_cache", None)
     with pytest.raises(EscalationDenied):
         _issue(tenant_a, key_maker, principal=sa)
-    assert not ApiKey.objects.filter(principal=sa).exists()
+    assert not ApiKey.objects.all_tenants().filter(principal=sa).exists()
 
 
 def test_plaintext_key_never_reaches_logs_or_audit(tenant_a, admin_a, caplog) -> None:

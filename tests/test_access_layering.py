@@ -1,0 +1,37 @@
+"""The console is a leaf: no domain app imports ``frontend`` (live events go through
+the neutral ``controlplane.live``)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOMAIN_APPS = ("tenants", "caches", "billing", "workers", "gateway", "audit")
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_no_domain_app_imports_the_console() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for app in DOMAIN_APPS
+        for path in sorted((ROOT / app).rglob("*.py"))
+        for name in _imports(path)
+        if name == "frontend" or name.startswith("frontend.")
+    ]
+    assert offenders == []
+
+
+def test_the_live_events_module_imports_no_app() -> None:
+    for path in sorted((ROOT / "controlplane" / "live").rglob("*.py")):
+        apps = {n.split(".")[0] for n in _imports(path)}
+        assert not apps & {*DOMAIN_APPS, "frontend"}, path
