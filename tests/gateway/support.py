@@ -120,8 +120,8 @@ def price_vertex_output_only(*, model: str, output_per_mtok: str) -> None:
 
 
 def price_pool_decode_only(*, pool: str = "default", decode_tokens_per_second: str = "1") -> None:
-    """A GPU price where prefill rounds to 0 µ$ (prompts under 500 tokens) and each decoded token costs 1,000 µ$
-    (3.60 $/GPU-hour at one token per GPU-second)."""
+    """A GPU price where prefill rounds to 0 µ$ (prompts under 500 tokens) and each
+    decoded token costs 1,000 µ$ (3.60 $/GPU-hour at one token per GPU-second)."""
     from billing.models import PoolPrice
     from billing.services.prices import pool_price_create
     from tests.factories import actor_for
