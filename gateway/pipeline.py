@@ -15,6 +15,7 @@ the rate limit, one to reserve, one to settle, one batched push for metering.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -119,8 +120,23 @@ async def _relay(answer: Upstream, books: _Books):
         async for event in answer.events:
             yield event
     finally:
+        # A client that went away cancels this generator, and Starlette's cancel scope
+        # cancels every await here too: the closing runs as its own task, shielded, so
+        # the stream is booked from what was streamed even then.
+        closing = asyncio.ensure_future(_close_stream(answer, books))
+        _closing.add(closing)
+        closing.add_done_callback(_closing.discard)
+        await asyncio.shield(closing)
+
+
+_closing: set[asyncio.Future] = set()
+
+
+async def _close_stream(answer: Upstream, books: _Books) -> None:
+    try:
         if answer.close is not None:
             await answer.close()
+    finally:
         status = books.call.extra.get("status", "ok")
         await books.close(status=status if answer.completed else "client_disconnect")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import openai
@@ -204,3 +205,47 @@ def test_settlement_flush_books_once_even_when_a_batch_is_replayed(tenant_keys, 
     assert (row.state, row.actual_micros, row.amount_micros) == ("settled", 420, 500)
     live = holds.budget_period_live(period_id=periods[0].id)
     assert (live["spent"], live["reserved"]) == (420, 0)
+
+
+def test_a_disconnected_stream_is_booked_from_what_was_streamed(
+    live_server_url, ref_workers, tenant_keys
+):
+    from billing.models import UsageRecord
+    from billing.services.usage import usage_flush
+
+    acme = tenant_keys["gw-acme"]
+    price_pool_decode_only()
+    budget = hard_budget(acme, limit_micros=10**9)
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "go on"}],
+        "max_tokens": 600,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with httpx.stream(
+        "POST",
+        f"{live_server_url}/v1/chat/completions",
+        json=body,
+        headers={"authorization": f"Bearer {acme['key']}", "x-request-id": "cut-stream"},
+        timeout=60,
+    ) as response:
+        assert response.status_code == 200
+        seen = 0
+        for line in response.iter_lines():
+            seen += line.startswith("data: {")
+            if seen == 3:
+                break  # the client goes away mid-stream
+    row = None
+    for _ in range(100):  # polling for the record: the gateway notices on its next write
+        usage_flush()
+        row = UsageRecord.objects.filter(request_id="cut-stream").first()
+        if row is not None:
+            break
+        time.sleep(0.1)
+    assert row is not None, list(UsageRecord.objects.values_list("request_id", "status"))
+    assert row.status == "client_disconnect"
+    assert 0 < row.output_tokens < 600  # what was streamed, not zero and not the cap
+    period, live = _period_after_flush(budget)
+    assert period.spent_micros == row.output_tokens * 1000 == live["spent"]
+    assert live["reserved"] == 0

@@ -108,9 +108,7 @@ def test_vertex_maps_tools_response_format_stop_n_seed_and_max_output(
     assert declaration["name"] == "weather"
     calling = sent["toolConfig"]["functionCallingConfig"]
     assert calling["mode"] == "ANY"
-    assert calling.get("allowedFunctionNames", calling.get("allowed_function_names")) == [
-        "weather"
-    ]
+    assert calling.get("allowedFunctionNames", calling.get("allowed_function_names")) == ["weather"]
     assert sent["systemInstruction"]["parts"][0]["text"] == "Be brief."
     roles = [c["role"] for c in sent["contents"]]
     assert roles == ["user", "model", "user"]
