@@ -21,11 +21,16 @@ def client() -> aioredis.Redis:
     if entry is None or entry[0] is not loop:
         entry = (
             loop,
-            aioredis.Redis.from_url(
-                settings.REDIS_URL,
-                socket_connect_timeout=2,
-                socket_timeout=5,
-                max_connections=256,
+            # A bounded, blocking pool: a burst of requests waits for one of a few
+            # connections instead of opening hundreds at once (which is what times out).
+            aioredis.Redis(
+                connection_pool=aioredis.BlockingConnectionPool.from_url(
+                    settings.REDIS_URL,
+                    max_connections=64,
+                    timeout=10,
+                    socket_connect_timeout=10,
+                    socket_timeout=10,
+                )
             ),
         )
         if len(_clients) > 16:  # loops of finished test servers

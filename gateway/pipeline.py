@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
+from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -96,6 +97,16 @@ async def handle(request: Request, kind: str) -> Response:
         for name, value in books.rate_headers().items():
             response.headers.setdefault(name, value)
         return response
+    except RedisError:
+        # Budgets and rate limits cannot be checked: refuse rather than run unchecked.
+        logger.exception("redis unavailable", extra={"request_id": request_id})
+        await books.close(status="upstream_error")
+        return GatewayError(
+            503,
+            "limits_unavailable",
+            "Budgets and rate limits cannot be checked right now; retry shortly.",
+            headers={"Retry-After": "1", "x-request-id": request_id},
+        ).response()
     except BaseException:
         await books.close(status="upstream_error")
         raise
