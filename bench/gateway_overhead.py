@@ -280,8 +280,10 @@ def _process(command: list[str], *, cpus: set[int] | None, env: dict | None = No
 
 
 def _uvicorn_command(app: str, port: int, app_dir: Path) -> list[str]:
+    profile = os.environ.get("BENCH_PROFILE_GATEWAY") if app.startswith("controlplane") else None
     return [
         sys.executable,
+        *(["-m", "cProfile", "-o", profile] if profile else []),
         "-m",
         "uvicorn",
         app,

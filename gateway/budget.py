@@ -13,7 +13,6 @@ import logging
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
-from cachetools import TTLCache
 from django.conf import settings
 
 from billing.services import budget_reservations as holds
@@ -21,10 +20,11 @@ from gateway import hotpath_redis
 from gateway.directory import REFRESH_SECONDS
 from gateway.errors import GatewayError
 from gateway.identity import Identity
+from gateway.singleflight import SingleFlightCache
 
 logger = logging.getLogger(__name__)
 # Event-loop only (no lock needed): (tenant, principal) → the periods that apply.
-_periods: TTLCache = TTLCache(maxsize=50_000, ttl=REFRESH_SECONDS)
+_periods = SingleFlightCache(maxsize=50_000, ttl=REFRESH_SECONDS)
 
 
 @dataclass
@@ -41,14 +41,13 @@ class Hold:
 
 async def periods_for(identity: Identity, *, fresh: bool = False) -> list[holds.PeriodView]:
     key = (identity.tenant_id, identity.principal_id)
-    found = None if fresh else _periods.get(key)
-    if found is not None:
-        return found
-    periods = await sync_to_async(holds.budget_periods_load, thread_sensitive=False)(
-        tenant_id=identity.tenant_id, principal_id=identity.principal_id
+    return await _periods.get(
+        key,
+        lambda: sync_to_async(holds.budget_periods_load, thread_sensitive=False)(
+            tenant_id=identity.tenant_id, principal_id=identity.principal_id
+        ),
+        fresh=fresh,
     )
-    _periods[key] = periods
-    return periods
 
 
 def forget() -> None:

@@ -19,12 +19,12 @@ import time
 from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
-from cachetools import TTLCache
 from django.conf import settings
 
 from gateway import hotpath_redis
 from gateway.errors import GatewayError
 from gateway.selectors import CallerLimits, Limits, rate_limits_for_key
+from gateway.singleflight import SingleFlightCache
 
 REFRESH_SECONDS = 2.0
 
@@ -99,7 +99,7 @@ return 1
 
 _KINDS = {1: "requests", 2: "tokens", 3: "concurrent requests", 4: "tokens"}
 # Event-loop only: key id → its limits and its tenant's.
-_limits: TTLCache = TTLCache(maxsize=50_000, ttl=REFRESH_SECONDS)
+_limits = SingleFlightCache(maxsize=50_000, ttl=REFRESH_SECONDS)
 
 
 @dataclass
@@ -115,14 +115,12 @@ class Admission:
 
 
 async def limits_for(tenant_id: str, key_id: str) -> CallerLimits:
-    found = _limits.get(key_id)
-    if found is not None:
-        return found
-    found = await sync_to_async(rate_limits_for_key, thread_sensitive=False)(
-        tenant_id=tenant_id, api_key_id=key_id
+    return await _limits.get(
+        key_id,
+        lambda: sync_to_async(rate_limits_for_key, thread_sensitive=False)(
+            tenant_id=tenant_id, api_key_id=key_id
+        ),
     )
-    _limits[key_id] = found
-    return found
 
 
 def forget() -> None:
