@@ -499,6 +499,8 @@ def main() -> int:
                     "127.0.0.1",
                     "--port",
                     str(port),
+                    "--prometheus-port",
+                    str(free_port()),
                 ]
                 with _process(command, cpus=server_cpus) as proc:
                     _wait_http(f"http://127.0.0.1:{port}/v1/models", proc, timeout=60)
