@@ -41,6 +41,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 MODEL = "bench/stub-model"
+LITELLM_KEY = "sk-bench-" + "0123456789abcdef" * 2  # LiteLLM refuses to start without one
 TARGET_P50_MS = 2.0
 TARGET_P99_MS = 10.0
 UVICORN_FLAGS = [
@@ -387,6 +388,8 @@ def _litellm_config(stub_url: str) -> Path:
         f"      model: openai/{MODEL}\n"
         f"      api_base: {stub_url}/v1\n"
         "      api_key: unused\n"
+        "general_settings:\n"
+        f"  master_key: {LITELLM_KEY}\n"
         "litellm_settings:\n"
         "  drop_params: true\n"
         "  telemetry: false\n"
@@ -480,7 +483,7 @@ def main() -> int:
                         _measure_target(
                             "litellm",
                             f"http://127.0.0.1:{port}/v1/chat/completions",
-                            {**plain, "authorization": "Bearer sk-unused"},
+                            {**plain, "authorization": f"Bearer {LITELLM_KEY}"},
                             proc.pid,
                             bodies,
                             args,
