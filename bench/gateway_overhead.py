@@ -187,6 +187,8 @@ def percentile(values: list[float], q: float) -> float:
 
 async def _drive(clients: list, url: str, body: bytes, headers: dict, total: int) -> Run:
     """``total`` requests, one lane per client (so ``len(clients)`` in flight)."""
+    import httpx
+
     run = Run()
     issued = 0
 
@@ -195,7 +197,12 @@ async def _drive(clients: list, url: str, body: bytes, headers: dict, total: int
         while issued < total:
             issued += 1
             start = time.perf_counter()
-            response = await client.post(url, content=body, headers=headers)
+            try:
+                response = await client.post(url, content=body, headers=headers)
+            except httpx.HTTPError as exc:  # a dropped connection: an error, not a crash
+                run.errors += 1
+                print(f"  transport error from {url}: {exc!r}")
+                continue
             elapsed = time.perf_counter() - start
             if response.status_code != 200 or b"error" in response.content[:200]:
                 run.errors += 1
