@@ -397,9 +397,6 @@ def _litellm_config(stub_url: str) -> Path:
         "      api_key: unused\n"
         "general_settings:\n"
         f"  master_key: {LITELLM_KEY}\n"
-        "litellm_settings:\n"
-        "  drop_params: true\n"
-        "  telemetry: false\n"
     )
     return path
 
