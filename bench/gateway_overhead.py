@@ -271,7 +271,12 @@ def _process(command: list[str], *, cpus: set[int] | None, env: dict | None = No
     process = subprocess.Popen(
         command,
         cwd=REPO,
-        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+        # A proxy must not see our DATABASE_URL (LiteLLM would try to use it): only ours.
+        env={
+            **{k: v for k, v in os.environ.items() if env is None or k not in _OURS},
+            "PYTHONWARNINGS": "ignore",
+            **(env or {}),
+        },
         stdout=subprocess.DEVNULL,
     )
     try:
@@ -285,6 +290,9 @@ def _process(command: list[str], *, cpus: set[int] | None, env: dict | None = No
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+_OURS = ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")
 
 
 def _uvicorn_command(app: str, port: int, app_dir: Path) -> list[str]:
