@@ -1,23 +1,26 @@
-"""Gateway overhead: latency and throughput of calls through the gateway vs direct calls.
+"""Gateway overhead with everything on, beside LiteLLM's proxy and vllm-router.
 
-Three processes: this one (the load generator: httpx async, HTTP keep-alive, a fixed
-number of requests in flight), an upstream stub (a raw ASGI app under uvicorn answering
-``/v1/chat/completions`` at once with a fixed OpenAI-shaped body, ``usage`` and
-``prompt_tokens_details`` included; it stands in for a vLLM worker and is not our code)
-and the gateway (the whole ``controlplane.asgi:application`` under uvicorn, one worker).
-Baseline in the same run: the same requests sent straight to the stub. Direct and gateway
-rounds alternate so drift hits both alike; a short unloaded pass (one request in flight)
-follows, which separates the gateway's own cost from queueing at the chosen concurrency.
+Processes: this one (the load generator: httpx on uvloop, one keep-alive connection per
+lane), an upstream stub (a raw ASGI app answering ``/v1/chat/completions`` at once, plain
+or streamed, with ``usage``: a vLLM worker with no model), and, one at a time, the
+servers under test, all against the same stub:
 
-Set-up (through the services): a tenant, a service account bound to tenant.developer, an
-API key, and the stub registered as a worker (``workers.services.worker_register``); no
-budget. With DATABASE_URL/REDIS_URL unset, embedded PostgreSQL and Redis are started.
-By default the gateway is pinned to the last CPU and the load generator and stub to the
-others (``--no-pin`` to let the scheduler place them).
+- ``gateway``: the whole ``controlplane.asgi:application`` under uvicorn (one worker)
+  with the production shape on: a priced pool (the stub's), a hard monthly budget (every
+  request reserves and settles in Redis), a tenant rate limit (requests/min, tokens/min
+  and concurrency, high enough never to refuse) and metering to the ledger queue;
+- ``litellm``: LiteLLM's proxy from PyPI in its own virtual environment (``--litellm``,
+  default ``/tmp/gw-litellm``), one worker, no database;
+- ``router``: vllm-router from PyPI (``--router``, default ``/tmp/gw-router``), the floor:
+  no auth, budget or metering;
+- ``direct``: the stub itself (shows the load generator is not the bottleneck).
 
-    .venv/bin/python bench/gateway_overhead.py [--concurrency 32] [--requests 6000]
+Concurrency 1, 8 and 32, plain and streaming. Servers under test are pinned to the last
+CPU, the load generator and the stub to the others (``--no-pin`` to let the scheduler
+place them). Ratios to LiteLLM and the router come from the same run.
 
-Targets reported against (added latency, gateway - direct): p50 <= 2 ms, p99 <= 10 ms.
+    .venv/bin/python bench/gateway_overhead.py [--requests 1500] [--quick]
+
 The last line is ``RESULT key=value ...``.
 """
 
@@ -32,13 +35,13 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 MODEL = "bench/stub-model"
+LITELLM_KEY = "sk-bench-" + "0123456789abcdef" * 2  # LiteLLM refuses to start without one
 TARGET_P50_MS = 2.0
 TARGET_P99_MS = 10.0
 UVICORN_FLAGS = [
@@ -77,22 +80,72 @@ _STUB_BODY = json.dumps(
         },
     }
 ).encode()
-_STUB_HEADERS = [
-    (b"content-type", b"application/json"),
-    (b"content-length", str(len(_STUB_BODY)).encode()),
-]
+_USAGE = {"prompt_tokens": 540, "completion_tokens": 2, "total_tokens": 542}
+
+
+def _chunk(delta: dict, finish: str | None, usage: dict | None) -> bytes:
+    payload = {
+        "id": "chatcmpl-stub",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": MODEL,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    if usage is not None:
+        payload["usage"] = usage
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+_STUB_STREAM = (
+    _chunk({"role": "assistant", "content": "o"}, None, _USAGE)
+    + _chunk({"content": "k"}, None, _USAGE)
+    + _chunk({}, "stop", _USAGE)
+    + b"data: "
+    + json.dumps(
+        {
+            "id": "chatcmpl-stub",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": MODEL,
+            "choices": [],
+            "usage": _USAGE,
+        }
+    ).encode()
+    + b"\n\ndata: [DONE]\n\n"
+)
 
 
 async def stub_app(scope, receive, send) -> None:
-    """Answer every HTTP request at once with the fixed chat completion."""
+    """Answer every HTTP request at once: the fixed completion, or its stream."""
     if scope["type"] != "http":
         return
-    more = True
+    body, more = b"", True
     while more:
         message = await receive()
+        body += message.get("body", b"")
         more = message.get("more_body", False)
-    await send({"type": "http.response.start", "status": 200, "headers": _STUB_HEADERS})
-    await send({"type": "http.response.body", "body": _STUB_BODY})
+    if scope["path"].endswith("/models"):
+        models = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": models.encode()})
+        return
+    stream = b'"stream":true' in body.replace(b" ", b"")
+    payload = _STUB_STREAM if stream else _STUB_BODY
+    kind = b"text/event-stream" if stream else b"application/json"
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", kind), (b"content-length", str(len(payload)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
 
 
 # --- load generation ---
@@ -100,29 +153,23 @@ async def stub_app(scope, receive, send) -> None:
 
 @dataclass
 class Run:
-    """Latencies (seconds) and wall time of one batch of requests."""
+    """Latencies (seconds), wall time and server CPU of one batch of requests."""
 
     latencies: list[float] = field(default_factory=list)
-    overheads_ms: list[float] = field(default_factory=list)  # the gateway's own header
     elapsed: float = 0.0
     errors: int = 0
-    server_cpu: float = 0.0  # CPU seconds the server process (all its threads) used
-
-    def extend(self, other: Run) -> None:
-        self.latencies += other.latencies
-        self.overheads_ms += other.overheads_ms
-        self.elapsed += other.elapsed
-        self.errors += other.errors
-        self.server_cpu += other.server_cpu
+    server_cpu: float = 0.0
 
     @property
     def server_cpu_ms(self) -> float:
-        """Server CPU per answered request: steadier than latency on a shared machine."""
         return self.server_cpu / len(self.latencies) * 1e3 if self.latencies else 0.0
 
     @property
     def throughput(self) -> float:
         return len(self.latencies) / self.elapsed if self.elapsed else 0.0
+
+    def p(self, q: float) -> float:
+        return percentile(self.latencies, q) * 1e3 if self.latencies else float("nan")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -140,6 +187,8 @@ def percentile(values: list[float], q: float) -> float:
 
 async def _drive(clients: list, url: str, body: bytes, headers: dict, total: int) -> Run:
     """``total`` requests, one lane per client (so ``len(clients)`` in flight)."""
+    import httpx
+
     run = Run()
     issued = 0
 
@@ -148,17 +197,19 @@ async def _drive(clients: list, url: str, body: bytes, headers: dict, total: int
         while issued < total:
             issued += 1
             start = time.perf_counter()
-            response = await client.post(url, content=body, headers=headers)
+            try:
+                response = await client.post(url, content=body, headers=headers)
+            except httpx.HTTPError as exc:  # a dropped connection: an error, not a crash
+                run.errors += 1
+                print(f"  transport error from {url}: {exc!r}")
+                continue
             elapsed = time.perf_counter() - start
-            if response.status_code != 200:
+            if response.status_code != 200 or b"error" in response.content[:200]:
                 run.errors += 1
                 if run.errors == 1:
                     print(f"  first error from {url}: {response.status_code} {response.text[:300]}")
                 continue
             run.latencies.append(elapsed)
-            overhead = response.headers.get("x-cacheplane-overhead-ms")
-            if overhead is not None:
-                run.overheads_ms.append(float(overhead))
 
     started = time.perf_counter()
     await asyncio.gather(*(one_lane(client) for client in clients))
@@ -166,61 +217,33 @@ async def _drive(clients: list, url: str, body: bytes, headers: dict, total: int
     return run
 
 
-async def _measure(
-    args: argparse.Namespace,
-    direct_url: str,
-    gateway_url: str,
-    key: str,
-    body: bytes,
-    pids: dict[str, int],
-) -> dict[str, Run]:
+async def _measure_target(
+    name: str, url: str, headers: dict, pid: int | None, bodies: dict, args
+) -> dict[tuple[int, str], Run]:
     import httpx
 
-    plain = {"content-type": "application/json"}
-    authed = {**plain, "authorization": f"Bearer {key}"}
-    targets = {
-        "direct": (f"{direct_url}/v1/chat/completions", plain),
-        "gateway": (f"{gateway_url}/v1/chat/completions", authed),
-    }
-    runs = {name: Run() for name in ("direct", "gateway", "direct_serial", "gateway_serial")}
-    # One client (one keep-alive connection) per lane: httpx's pool checks every pooled
-    # connection on each request, which would make the load generator the bottleneck.
+    results: dict[tuple[int, str], Run] = {}
     one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     async with contextlib.AsyncExitStack() as stack:
-        lanes = {
-            name: [
-                await stack.enter_async_context(httpx.AsyncClient(limits=one, timeout=60))
-                for _ in range(args.concurrency)
-            ]
-            for name in targets
-        }
-        for name, (url, headers) in targets.items():  # connections, caches, code paths
-            # One request alone first: a cold gateway answers requests that arrive while
-            # its worker directory is first loading with 404 model_not_found.
-            first = await _drive(lanes[name][:1], url, body, headers, 1)
-            warm = await _drive(lanes[name], url, body, headers, args.warmup)
-            if first.errors or warm.errors:
-                print(f"  {name}: {first.errors + warm.errors} errors during warm-up")
-        per_round = max(1, args.requests // args.rounds)
-        for round_no in range(args.rounds):
-            order = ("direct", "gateway") if round_no % 2 == 0 else ("gateway", "direct")
-            for name in order:
-                url, headers = targets[name]
-                cpu = cpu_seconds(pids[name])
-                result = await _drive(lanes[name], url, body, headers, per_round)
-                result.server_cpu = cpu_seconds(pids[name]) - cpu
-                runs[name].extend(result)
+        lanes = [
+            await stack.enter_async_context(httpx.AsyncClient(limits=one, timeout=60))
+            for _ in range(max(args.concurrency))
+        ]
+        for mode, body in bodies.items():
+            await _drive(lanes[:1], url, body, headers, 1)  # a cold server's first request
+            await _drive(lanes, url, body, headers, args.warmup)
+            for concurrency in args.concurrency:
+                total = args.requests if concurrency > 1 else args.requests // 3
+                cpu = cpu_seconds(pid) if pid else 0.0
+                run = await _drive(lanes[:concurrency], url, body, headers, total)
+                run.server_cpu = (cpu_seconds(pid) - cpu) if pid else 0.0
+                results[(concurrency, mode)] = run
                 print(
-                    f"  round {round_no + 1}/{args.rounds} {name:7}: "
-                    f"{result.throughput:7.0f} req/s  p50 "
-                    f"{percentile(result.latencies, 50) * 1e3:6.2f} ms"
+                    f"  {name:8} {mode:6} c{concurrency:<3} {run.throughput:7.0f} req/s  "
+                    f"p50 {run.p(50):6.2f} ms  p99 {run.p(99):6.2f} ms  "
+                    f"cpu {run.server_cpu_ms:5.2f} ms/req  errors {run.errors}"
                 )
-        for name in targets:
-            url, headers = targets[name]
-            runs[f"{name}_serial"] = await _drive(
-                lanes[name][:1], url, body, headers, args.serial_requests
-            )
-    return runs
+    return results
 
 
 # --- processes and set-up ---
@@ -243,12 +266,40 @@ def _wait_http(url: str, process: subprocess.Popen, timeout: float = 60.0) -> No
 
 
 @contextlib.contextmanager
-def _uvicorn(
-    app: str, port: int, *, app_dir: Path, cpus: set[int] | None
-) -> Iterator[subprocess.Popen]:
-    """``uvicorn app`` in its own process (uvloop, httptools, one worker); stopped on exit."""
-    command = [
+def _process(command: list[str], *, cpus: set[int] | None, env: dict | None = None):
+    """A server process, pinned to ``cpus``; stopped on exit."""
+    process = subprocess.Popen(
+        command,
+        cwd=REPO,
+        # A proxy must not see our DATABASE_URL (LiteLLM would try to use it): only ours.
+        env={
+            **{k: v for k, v in os.environ.items() if env is None or k not in _OURS},
+            "PYTHONWARNINGS": "ignore",
+            **(env or {}),
+        },
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        if cpus:
+            os.sched_setaffinity(process.pid, cpus)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+_OURS = ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")
+
+
+def _uvicorn_command(app: str, port: int, app_dir: Path) -> list[str]:
+    profile = os.environ.get("BENCH_PROFILE_GATEWAY") if app.startswith("controlplane") else None
+    return [
         sys.executable,
+        *(["-m", "cProfile", "-o", profile] if profile else []),
         "-m",
         "uvicorn",
         app,
@@ -262,20 +313,6 @@ def _uvicorn(
         "1",
         *UVICORN_FLAGS,
     ]
-    # Django warns at start that collectstatic has not run; irrelevant here.
-    env = {**os.environ, "PYTHONWARNINGS": "ignore:No directory at:UserWarning"}
-    process = subprocess.Popen(command, cwd=REPO, env=env)
-    try:
-        if cpus:
-            os.sched_setaffinity(process.pid, cpus)
-        yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _create_caller(stub_url: str) -> str:
@@ -297,45 +334,88 @@ def _create_caller(stub_url: str) -> str:
     specs.append(BindingSpec(role="tenant.developer", principal_id=str(sa.pk)))
     policy_set(actor=actor, tenant=tenant, etag=policy.etag, bindings=specs)
     issued = keys.api_key_create(actor=actor, tenant=tenant, name="loadgen", principal=sa)
-    worker_register(actor=Actor.cli(), name="stub-0", base_url=stub_url, model=MODEL)
+    worker_register(actor=Actor.cli(), name="stub-0", base_url=stub_url, model=MODEL, pool="bench")
+    _everything_on(tenant=tenant, actor=actor)
     return issued.plaintext
 
 
-def _request_body() -> bytes:
-    """A realistic chat request: ~2 kB of system prompt (32 routing blocks) and a question."""
+def _everything_on(*, tenant, actor) -> None:
+    """The production shape: a priced pool, a hard budget, a tenant rate limit."""
+    from billing.services.budgets import budget_create
+    from billing.services.prices import pool_price_create
+    from gateway.services import rate_limit_create
+
+    pool_price_create(
+        actor=actor,
+        pool="bench",
+        source="bench",
+        rates={
+            "gpu_hour_usd": "2.50",
+            "prefill_tokens_per_gpu_second": "20000",
+            "decode_tokens_per_gpu_second": "2000",
+            "kv_blocks_per_gpu": 20000,
+        },
+    )
+    budget_create(
+        actor=actor,
+        tenant=tenant,
+        name="bench",
+        period="month",
+        limit_micros=10**13,
+        hard_limit=True,
+    )
+    rate_limit_create(
+        tenant=tenant,
+        actor=actor,
+        api_key_id=None,
+        values={
+            "requests_per_minute": 10**8,
+            "tokens_per_minute": 10**11,
+            "concurrent_requests": 10**4,
+        },
+    )
+
+
+def _bodies() -> dict[str, bytes]:
+    """A realistic chat request: ~2 kB of system prompt and a question; and its stream."""
     system = "You are the support assistant of Globex. Policies follow. " * 36
-    return json.dumps(
-        {
-            "model": MODEL,
-            "messages": [
-                {"role": "system", "content": system},
-                {"role": "user", "content": "How do I return a damaged item?"},
-            ],
-            "max_tokens": 16,
-            "temperature": 0,
-        }
-    ).encode()
+    base = {
+        "model": MODEL,
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": "How do I return a damaged item?"},
+        ],
+        "max_tokens": 16,
+        "temperature": 0,
+    }
+    return {
+        "plain": json.dumps(base).encode(),
+        "stream": json.dumps({**base, "stream": True}).encode(),
+    }
 
 
-def _usage_queue_length() -> int:
-    from billing.services.usage import queue_key
-    from controlplane.ops import redis_client
-
-    return int(redis_client().llen(queue_key()))
+def _litellm_config(stub_url: str) -> Path:
+    path = Path(f"/tmp/gw-litellm-{os.getpid()}.yaml")
+    path.write_text(
+        "model_list:\n"
+        f"  - model_name: {MODEL}\n"
+        "    litellm_params:\n"
+        f"      model: openai/{MODEL}\n"
+        f"      api_base: {stub_url}/v1\n"
+        "      api_key: unused\n"
+        "general_settings:\n"
+        f"  master_key: {LITELLM_KEY}\n"
+    )
+    return path
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument(
-        "--requests",
-        type=int,
-        default=6000,
-        help="measured requests per path (split over --rounds)",
-    )
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--warmup", type=int, default=1000)
-    parser.add_argument("--serial-requests", type=int, default=500)
+    parser.add_argument("--requests", type=int, default=1500, help="per cell at c8 and c32")
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--litellm", default="/tmp/gw-litellm", help="LiteLLM's venv")
+    parser.add_argument("--router", default="/tmp/gw-router", help="vllm-router's venv")
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     args = parser.parse_args()
 
@@ -346,112 +426,173 @@ def main() -> int:
 
     cpus = sorted(os.sched_getaffinity(0))
     pin = not args.no_pin and len(cpus) >= 2
-    gateway_cpus = {cpus[-1]} if pin else None
+    server_cpus = {cpus[-1]} if pin else None
     other_cpus = set(cpus[:-1]) if pin else None
+    bodies = _bodies()
+    results: dict[str, dict] = {}
     with scratch_django("gateway_overhead"):
         if other_cpus:
             os.sched_setaffinity(0, other_cpus)
-        stub_port, gateway_port = free_port(), free_port()
+        stub_port = free_port()
         stub_url = f"http://127.0.0.1:{stub_port}"
-        gateway_url = f"http://127.0.0.1:{gateway_port}"
         key = _create_caller(stub_url)
-        body = _request_body()
-        with (
-            _uvicorn(
-                "gateway_overhead:stub_app", stub_port, app_dir=BENCH_DIR, cpus=other_cpus
-            ) as stub,
-            _uvicorn(
-                "controlplane.asgi:application", gateway_port, app_dir=REPO, cpus=gateway_cpus
-            ) as gateway,
-        ):
-            _wait_http(f"{stub_url}/", stub)
-            _wait_http(f"{gateway_url}/v1/models", gateway)  # 401 without a key: up
-            queued_before = _usage_queue_length()
-            import httpx
-            import uvloop
+        import uvloop
 
-            print(
-                f"set-up: {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
-                f"Python {platform.python_version()}, httpx {httpx.__version__}; "
-                f"concurrency {args.concurrency}, {args.requests} measured requests per path "
-                f"in {args.rounds} alternating rounds after {args.warmup} warm-up each, then "
-                f"{args.serial_requests} at concurrency 1; uvicorn: 1 worker per server, "
-                f"--loop uvloop --http httptools; load generator on uvloop; request body "
-                f"{len(body)} bytes; load average {os.getloadavg()[0]:.2f}; "
-                + (
-                    f"gateway pinned to CPU {sorted(gateway_cpus)}, load generator and stub "
-                    f"to CPU {sorted(other_cpus)}"
-                    if pin
-                    else "no CPU pinning"
+        print(
+            f"set-up: {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
+            f"Python {platform.python_version()}; load average {os.getloadavg()[0]:.2f}; "
+            + (
+                f"servers under test pinned to CPU {sorted(server_cpus)}, load generator and "
+                f"stub to CPU {sorted(other_cpus)}"
+                if pin
+                else "no CPU pinning"
+            )
+        )
+        plain = {"content-type": "application/json"}
+        with _process(
+            _uvicorn_command("gateway_overhead:stub_app", stub_port, BENCH_DIR), cpus=other_cpus
+        ) as stub:
+            _wait_http(f"{stub_url}/", stub)
+            results["direct"] = uvloop.run(
+                _measure_target(
+                    "direct", f"{stub_url}/v1/chat/completions", plain, stub.pid, bodies, args
                 )
             )
-            pids = {"direct": stub.pid, "gateway": gateway.pid}
-            runs = uvloop.run(_measure(args, stub_url, gateway_url, key, body, pids))
-            metered = _usage_queue_length() - queued_before
-    return _report(args, runs, metered)
+            port = free_port()
+            with _process(
+                _uvicorn_command("controlplane.asgi:application", port, REPO), cpus=server_cpus
+            ) as gateway:
+                _wait_http(f"http://127.0.0.1:{port}/v1/models", gateway)
+                queued = _usage_queue_length()
+                results["gateway"] = uvloop.run(
+                    _measure_target(
+                        "gateway",
+                        f"http://127.0.0.1:{port}/v1/chat/completions",
+                        {**plain, "authorization": f"Bearer {key}"},
+                        gateway.pid,
+                        bodies,
+                        args,
+                    )
+                )
+                metered = _usage_queue_length() - queued
+            litellm = Path(args.litellm) / "bin" / "litellm"
+            if litellm.exists():
+                port = free_port()
+                command = [
+                    str(litellm),
+                    "--config",
+                    str(_litellm_config(stub_url)),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--num_workers",
+                    "1",
+                ]
+                with _process(command, cpus=server_cpus, env={"LITELLM_LOG": "ERROR"}) as proc:
+                    _wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc, timeout=180)
+                    results["litellm"] = uvloop.run(
+                        _measure_target(
+                            "litellm",
+                            f"http://127.0.0.1:{port}/v1/chat/completions",
+                            {**plain, "authorization": f"Bearer {LITELLM_KEY}"},
+                            proc.pid,
+                            bodies,
+                            args,
+                        )
+                    )
+            else:
+                print(f"LiteLLM not found at {litellm}: pip install 'litellm[proxy]' there")
+            router = Path(args.router) / "bin" / "vllm-router"
+            if router.exists():
+                port = free_port()
+                command = [
+                    str(router),
+                    "--worker-urls",
+                    stub_url,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--prometheus-port",
+                    str(free_port()),
+                ]
+                with _process(command, cpus=server_cpus) as proc:
+                    _wait_http(f"http://127.0.0.1:{port}/v1/models", proc, timeout=60)
+                    results["router"] = uvloop.run(
+                        _measure_target(
+                            "router",
+                            f"http://127.0.0.1:{port}/v1/chat/completions",
+                            plain,
+                            proc.pid,
+                            bodies,
+                            args,
+                        )
+                    )
+            else:
+                print(f"vllm-router not found at {router}: pip install vllm-router there")
+    return _report(args, results, metered)
 
 
-def _report(args: argparse.Namespace, runs: dict[str, Run], metered: int) -> int:
-    def ms(run: Run, q: float) -> float:
-        return percentile(run.latencies, q) * 1e3
+def _usage_queue_length() -> int:
+    from billing.services.usage import queue_key
+    from controlplane.ops import redis_client
 
-    direct, gateway = runs["direct"], runs["gateway"]
+    return int(redis_client().llen(queue_key()))
+
+
+def _report(args, results: dict[str, dict], metered: int) -> int:
+    def cell(name: str, c: int, mode: str = "plain") -> Run | None:
+        return results.get(name, {}).get((c, mode))
+
     print(
-        f"{'path':16} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} "
-        f"{'p99 ms':>8} {'errors':>6}"
+        f"{'server':8} {'mode':6} {'conc':>4} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'cpu ms':>7} {'errors':>6}"
     )
-    for name, run in runs.items():
-        print(
-            f"{name:16} {len(run.latencies):8} {run.throughput:8.0f} {ms(run, 50):8.2f} "
-            f"{ms(run, 95):8.2f} {ms(run, 99):8.2f} {run.errors:6}"
+    for name, cells in results.items():
+        for (c, mode), run in cells.items():
+            print(
+                f"{name:8} {mode:6} {c:4} {run.throughput:8.0f} {run.p(50):7.2f} "
+                f"{run.p(99):7.2f} {run.server_cpu_ms:7.3f} {run.errors:6}"
+            )
+    top = max(args.concurrency)
+    figures: dict[str, str] = {}
+    for mode in ("plain", "stream"):
+        suffix = "" if mode == "plain" else "_stream"
+        gw1, d1 = cell("gateway", 1, mode), cell("direct", 1, mode)
+        gw, lt, rt = (
+            cell("gateway", top, mode),
+            cell("litellm", top, mode),
+            cell("router", top, mode),
         )
-    added = {q: ms(gateway, q) - ms(direct, q) for q in (50, 95, 99)}
-    serial = {q: ms(runs["gateway_serial"], q) - ms(runs["direct_serial"], q) for q in (50, 99)}
-    ratio = gateway.throughput / direct.throughput
-    own = percentile(gateway.overheads_ms, 50) if gateway.overheads_ms else float("nan")
-    own_serial = percentile(runs["gateway_serial"].overheads_ms, 50)
-    total_gateway = (
-        sum(len(runs[n].latencies) + runs[n].errors for n in ("gateway", "gateway_serial"))
-        + args.warmup
-        + 1
-    )
-    met_p50, met_p99 = added[50] <= TARGET_P50_MS, added[99] <= TARGET_P99_MS
+        if gw1 and d1:
+            figures[f"added_p50_ms_c1{suffix}"] = f"{gw1.p(50) - d1.p(50):.2f}"
+        if gw and lt:
+            figures[f"litellm_rps_ratio_c{top}{suffix}"] = f"{gw.throughput / lt.throughput:.2f}"
+        if gw and rt:
+            figures[f"router_rps_ratio_c{top}{suffix}"] = f"{gw.throughput / rt.throughput:.2f}"
+        if gw:
+            figures[f"gateway_rps_c{top}{suffix}"] = f"{gw.throughput:.0f}"
+            figures[f"gateway_cpu_ms_c{top}{suffix}"] = f"{gw.server_cpu_ms:.3f}"
+        if lt and cell("litellm", 1, mode) and d1:
+            figures[f"litellm_added_p50_ms_c1{suffix}"] = (
+                f"{cell('litellm', 1, mode).p(50) - d1.p(50):.2f}"
+            )
+        d = cell("direct", top, mode)
+        if d:
+            figures[f"direct_rps_c{top}{suffix}"] = f"{d.throughput:.0f}"
+    errors = sum(run.errors for cells in results.values() for run in cells.values())
     print(
-        f"added latency at concurrency {args.concurrency} (gateway - direct): "
-        f"p50 {added[50]:.2f} ms, p95 {added[95]:.2f} ms, p99 {added[99]:.2f} ms"
-    )
-    print(f"added latency at concurrency 1: p50 {serial[50]:.2f} ms, p99 {serial[99]:.2f} ms")
-    print(
-        f"gateway's own x-cacheplane-overhead-ms, median: {own:.2f} ms at concurrency "
-        f"{args.concurrency}, {own_serial:.2f} ms at concurrency 1"
-    )
-    print(
-        f"server CPU per request: gateway {gateway.server_cpu_ms:.3f} ms, stub "
-        f"{direct.server_cpu_ms:.3f} ms (direct runs)"
-    )
-    print(
-        f"throughput ratio gateway/direct: {ratio:.2f} "
-        f"({gateway.throughput:.0f} vs {direct.throughput:.0f} req/s)"
+        f"usage records queued by the gateway: {metered}; cores: {os.cpu_count()} "
+        "(two gateway processes need more cores than this machine's load generator leaves: "
+        "not measured)"
+        if (os.cpu_count() or 1) < 4
+        else f"cores: {os.cpu_count()}"
     )
     print(
-        f"usage records queued by the gateway: {metered} of {total_gateway} requests; "
-        f"load average at the end {os.getloadavg()[0]:.2f} (other work on this machine "
-        f"skews every figure)"
-    )
-    print(
-        f"targets: added p50 <= {TARGET_P50_MS:g} ms {'met' if met_p50 else 'MISSED'}, "
-        f"added p99 <= {TARGET_P99_MS:g} ms {'met' if met_p99 else 'MISSED'}"
-    )
-    print(
-        f"RESULT concurrency={args.concurrency} requests={len(gateway.latencies)} "
-        f"direct_p50_ms={ms(direct, 50):.2f} direct_p99_ms={ms(direct, 99):.2f} "
-        f"gateway_p50_ms={ms(gateway, 50):.2f} gateway_p99_ms={ms(gateway, 99):.2f} "
-        f"added_p50_ms={added[50]:.2f} added_p95_ms={added[95]:.2f} "
-        f"added_p99_ms={added[99]:.2f} serial_added_p50_ms={serial[50]:.2f} "
-        f"direct_rps={direct.throughput:.0f} gateway_rps={gateway.throughput:.0f} "
-        f"throughput_ratio={ratio:.2f} gateway_cpu_ms_per_request={gateway.server_cpu_ms:.3f} "
-        f"errors={direct.errors + gateway.errors} "
-        f"target_p50_met={met_p50} target_p99_met={met_p99}"
+        "RESULT "
+        + " ".join(f"{k}={v}" for k, v in figures.items())
+        + f" budget=on ratelimit=on metering=on errors={errors} cores={os.cpu_count()}"
     )
     return 0
 

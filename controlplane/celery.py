@@ -88,6 +88,18 @@ BEAT_SCHEDULE: dict[str, dict] = {
     # Budget holds nobody settled (crashed or timed-out requests): a minute is far below
     # the default 15-minute hold, so a leaked hold blocks budget for at most ~16 minutes;
     # one batch per run, re-enqueued while batches fill.
+    # Gateway budget holds settled in Redis: 5 s keeps BudgetPeriod rows (the console,
+    # alerts) as current as the usage ledger, one statement per period per batch.
+    "gateway-budget-settlements-flush": {
+        "task": "gateway.tasks.budget_settlements_flush_task",
+        "schedule": timedelta(seconds=5),
+    },
+    # Holds of a gateway that died expire after the upstream timeout plus 30 s; every
+    # reserve on the period drops them too, this sweep covers idle periods.
+    "gateway-budget-holds-expire": {
+        "task": "gateway.tasks.budget_holds_expire_task",
+        "schedule": timedelta(seconds=30),
+    },
     "billing-reservations-expire": {
         "task": "billing.tasks.budget_reservations_expire_task",
         "schedule": timedelta(seconds=60),
@@ -104,7 +116,9 @@ TRANSIENT_RETRY_POLICY = {
 }
 
 app.conf.beat_schedule = BEAT_SCHEDULE
-app.autodiscover_tasks(["controlplane", "tenants", "audit", "caches", "billing", "workers"])
+app.autodiscover_tasks(
+    ["controlplane", "tenants", "audit", "caches", "billing", "workers", "gateway"]
+)
 
 
 @before_task_publish.connect

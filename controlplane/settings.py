@@ -485,6 +485,23 @@ CACHEPLANE_GATEWAY_MAX_BODY_BYTES = env_int(
     "CACHEPLANE_GATEWAY_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=1024
 )
 CACHEPLANE_GATEWAY_MAX_TOKENS = env_int("CACHEPLANE_GATEWAY_MAX_TOKENS", 8192, minimum=1)
+# Gateway budget holds and rate limits live in Redis under these prefixes.
+CACHEPLANE_BUDGET_REDIS_PREFIX = env_str("CACHEPLANE_BUDGET_REDIS_PREFIX", "cacheplane:budget")
+CACHEPLANE_GATEWAY_RATELIMIT_PREFIX = env_str(
+    "CACHEPLANE_GATEWAY_RATELIMIT_PREFIX", "cacheplane:ratelimit"
+)
+# Fair share: requests in flight per vLLM worker (per gateway process) and per Vertex
+# model before requests queue in weighted fair order; a queued request waits at most
+# CACHEPLANE_GATEWAY_QUEUE_TIMEOUT_SECONDS, then gets 429 pool_saturated.
+CACHEPLANE_GATEWAY_WORKER_CONCURRENCY = env_int(
+    "CACHEPLANE_GATEWAY_WORKER_CONCURRENCY", 64, minimum=1
+)
+CACHEPLANE_GATEWAY_VERTEX_CONCURRENCY = env_int(
+    "CACHEPLANE_GATEWAY_VERTEX_CONCURRENCY", 256, minimum=1
+)
+CACHEPLANE_GATEWAY_QUEUE_TIMEOUT_SECONDS = env_float(
+    "CACHEPLANE_GATEWAY_QUEUE_TIMEOUT_SECONDS", 30.0, minimum=0.01
+)
 CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS = env_float(
     "CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS", 120.0, minimum=0.1
 )

@@ -1,18 +1,19 @@
 """Metering: Prometheus series per tenant and model, the usage ledger, cache hit counts.
 
-Nothing here runs a SQL statement on the request path: usage goes to billing's Redis
-queue (flushed in batches by a Celery task) and cache hits to a Redis hash (folded into
-the cache rows by ``caches.tasks.cache_hits_flush_task``).
+Nothing here runs a SQL statement on the request path: usage goes through billing's
+``usage_record_many`` (its Redis queue, flushed in batches by a Celery task) and cache
+hits to a Redis hash (folded into the cache rows by ``caches.tasks.cache_hits_flush_task``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from asgiref.sync import sync_to_async
 from prometheus_client import Counter, Histogram
 
 logger = logging.getLogger(__name__)
@@ -78,49 +79,20 @@ class Meter:
     extra: dict = field(default_factory=dict)
 
 
-_rates: dict[tuple[str, str, str], tuple[float, object]] = {}
-RATES_CACHE_SECONDS = 60.0
-
-
-def _rates_for(provider: str, model: str, pool: str):
-    """(cost function, rates) for the price in force now, cached a minute (None: no price)."""
-    key = (provider, model, pool)
-    entry = _rates.get(key)
-    if entry is not None and time.monotonic() - entry[0] < RATES_CACHE_SECONDS:
-        return entry[1]
-    from billing.pricing import gpu_cost, token_cost
-    from billing.selectors.prices import (
-        model_price_resolve,
-        pool_price_resolve,
-        pool_rates,
-        token_rates,
-    )
-
-    now = datetime.now(tz=UTC)
-    if provider == "vllm":
-        price = pool_price_resolve(pool=pool, at=now) if pool else None
-        value = (gpu_cost, pool_rates(price)) if price is not None else None
-    else:
-        price = model_price_resolve(provider=provider, model=model, at=now)
-        value = (token_cost, token_rates(price)) if price is not None else None
-    _rates[key] = (time.monotonic(), value)
-    return value
-
-
 def cost_micros(meter: Meter) -> int:
     """The request's cost for the live console (the ledger flush books the exact figure)."""
     from billing.pricing import UsageCounts
+    from gateway.pricing import cost_micros as priced
+    from gateway.pricing import rates_cached
 
-    found = _rates_for(meter.provider, meter.model, meter.pool)
-    if found is None:
-        return 0
-    cost_fn, rates = found
-    counts = UsageCounts(
-        prompt_tokens=meter.prompt_tokens,
-        cached_read_tokens=meter.cached_tokens,
-        output_tokens=meter.output_tokens,
+    return priced(
+        rates_cached(meter.provider, meter.model, meter.pool),
+        UsageCounts(
+            prompt_tokens=meter.prompt_tokens,
+            cached_read_tokens=meter.cached_tokens,
+            output_tokens=meter.output_tokens,
+        ),
     )
-    return cost_fn(counts, rates).micros
 
 
 _children: dict[tuple, object] = {}
@@ -172,13 +144,13 @@ def meter_finish(meter: Meter) -> None:
 def meter_finish_many(meters: Sequence[Meter]) -> None:
     """Record finished requests: metrics, the usage queue, cache hits (runs in a thread).
 
-    All of them cost one Redis round trip: their usage messages go in one ``RPUSH`` and
-    their cache hits in the same pipeline. A request whose usage is invalid, or a batch
-    Redis refuses, goes straight to the ledger instead (``usage_write_direct``, same
-    idempotent path); only if that fails too is it logged and dropped. Metering never
-    fails a response.
+    Their usage goes to billing's ledger queue in one call (``usage_record_many``, the
+    batch form of ``usage_record``) and their cache hits in one pipeline. A request whose
+    usage is invalid is logged and dropped; a batch Redis refuses goes straight to the
+    ledger instead (``usage_write_direct``, same idempotent path), and only if that fails
+    too is it logged and dropped. Metering never fails a response.
     """
-    from billing.services.usage import queue_key, usage_message
+    from billing.services.usage import usage_message, usage_record_many
     from caches.services.hits import CACHE_HITS_KEY
     from controlplane.live.usage import UsageDelta, usage_ticker
     from tenants.models import Tenant
@@ -216,13 +188,7 @@ def meter_finish_many(meters: Sequence[Meter]) -> None:
     if not recorded:
         return
     try:
-        pipe = _redis_client().pipeline(transaction=False)
-        pipe.rpush(queue_key(), *messages)
-        for meter in recorded:
-            if meter.cache_id:
-                pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:count", 1)
-                pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:tokens", meter.cached_tokens)
-        pipe.execute()
+        usage_record_many(messages)
     except Exception:
         logger.warning("usage queue unreachable; writing usage to the ledger directly")
         try:
@@ -233,6 +199,16 @@ def meter_finish_many(meters: Sequence[Meter]) -> None:
             for meter in recorded:
                 logger.exception("usage record dropped", extra={"request_id": meter.request_id})
         return
+    hits = [meter for meter in recorded if meter.cache_id]
+    if hits:
+        try:
+            pipe = _redis_client().pipeline(transaction=False)
+            for meter in hits:
+                pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:count", 1)
+                pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:tokens", meter.cached_tokens)
+            pipe.execute()
+        except Exception:
+            logger.warning("cache hit counters unreachable; %d hits not counted", len(hits))
     for meter in recorded:
         try:
             usage_ticker.add(
@@ -250,3 +226,54 @@ def meter_finish_many(meters: Sequence[Meter]) -> None:
             )
         except Exception:
             logger.exception("usage record dropped", extra={"request_id": meter.request_id})
+
+
+class MeterQueue:
+    """Group commit for metering on one event loop.
+
+    Requests that finish while a batch is being written join the next batch: one thread
+    hop and one Redis round trip per batch instead of per request. Each request still
+    returns only once its own record is written, as when it was written alone.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._pending: list[tuple[Meter, asyncio.Future[None]]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    async def record(self, meter: Meter) -> None:
+        written = self.loop.create_future()
+        self._pending.append((meter, written))
+        if self._writer is None or self._writer.done():
+            self._writer = self.loop.create_task(self._write())
+        await written
+
+    async def _write(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            error: Exception | None = None
+            try:
+                await sync_to_async(meter_finish_many, thread_sensitive=False)(
+                    [meter for meter, _ in batch]
+                )
+            except Exception as exc:
+                error = exc
+            for _, written in batch:
+                if written.done():  # its request was cancelled; the record is written anyway
+                    continue
+                if error is None:
+                    written.set_result(None)
+                else:
+                    written.set_exception(error)
+
+
+_queue: MeterQueue | None = None
+
+
+async def record(meter: Meter) -> None:
+    """Record one finished request (batched with others finishing at the same time)."""
+    global _queue
+    loop = asyncio.get_running_loop()
+    if _queue is None or _queue.loop is not loop:
+        _queue = MeterQueue(loop)
+    await _queue.record(meter)

@@ -161,9 +161,11 @@ def fresh_gateway():
     directory.forget()
     forget_identities()
     prefix_index._entries.clear()
-    from gateway import budget
+    from gateway import budget, pricing, ratelimit
+    from gateway.adapters import registry
 
-    budget._has_budget.clear()
+    for module in (budget, pricing, ratelimit, registry):
+        module.forget()
     yield
     directory.forget()
     forget_identities()

@@ -65,6 +65,50 @@ def _applicable_budgets(*, tenant: Tenant, principal_id: object, at: datetime) -
     return [b for b in qs if period_bounds(b, at) is not None]
 
 
+def budget_periods_applicable(
+    *, tenant: Tenant, principal_id: object, at: datetime
+) -> list[BudgetPeriod]:
+    """The current period rows (created when missing) of every budget that applies to a
+    caller: the tenant-wide budgets plus the caller's service-account budgets. Read by the
+    gateway's Redis holds (``billing.services.budget_reservations``)."""
+    budgets = _applicable_budgets(tenant=tenant, principal_id=principal_id, at=at)
+    return [p for p in (budget_period_ensure(budget=b, at=at) for b in budgets) if p is not None]
+
+
+def budget_periods_charge(*, charges: dict[int, int]) -> None:
+    """Add settled spend to period rows (period id → micros) and raise crossed alerts.
+
+    Called by the batch flush of Redis holds, inside its transaction; rows are updated in
+    id order (the lock order of every budget writer).
+    """
+    moved = []
+    with connection.cursor() as cursor:
+        for period_id in sorted(charges):
+            spend = charges[period_id]
+            cursor.execute(
+                "UPDATE billing_budgetperiod SET spent_micros = spent_micros + %s WHERE id = %s "
+                "RETURNING id, budget_id, spent_micros, limit_micros, tenant_id",
+                [spend, period_id],
+            )
+            row = cursor.fetchone()
+            if row is not None:
+                moved.append(
+                    {
+                        "period_id": row[0],
+                        "budget_id": row[1],
+                        "old_spent": row[2] - spend,
+                        "new_spent": row[2],
+                        "limit": row[3],
+                        "tenant_id": row[4],
+                    }
+                )
+    by_tenant: dict[object, list[dict]] = {}
+    for m in moved:
+        by_tenant.setdefault(m["tenant_id"], []).append(m)
+    for tenant_id, rows in by_tenant.items():
+        _alerts_raise(tenant_id=tenant_id, moved=rows)
+
+
 # --- Reservations --------------------------------------------------------------------
 
 

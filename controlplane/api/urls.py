@@ -18,4 +18,5 @@ urlpatterns = [
     path("", include("caches.api.urls")),
     path("", include("frontend.api.urls")),
     path("", include("billing.api.urls")),
+    path("", include("gateway.api.urls")),
 ]

@@ -282,36 +282,31 @@ def test_usage_is_metered_to_the_ledger(live_server_url, ref_workers, tenant_key
     assert last.worker in {"gw0", "gw1"} and last.api_key_id == tenant_keys["gw-acme"]["key_row"].pk
 
 
-def test_usage_goes_straight_to_the_ledger_when_the_queue_is_unreachable(tenant_keys):
-    import redis
-
+def test_usage_goes_straight_to_the_ledger_when_the_queue_is_unreachable(tenant_keys, settings):
     from billing.models import UsageRecord
+    from controlplane import ops
     from controlplane.embedded import free_port
-    from gateway import metering
     from gateway.metering import Meter, meter_finish
 
     acme = tenant_keys["gw-acme"]
-    dead = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2)
-    original = metering._redis_client
-    metering._redis_client = lambda: dead
-    try:
-        meter_finish(
-            Meter(
-                request_id="req-no-redis",
-                tenant_id=str(acme["tenant"].pk),
-                tenant_slug="gw-acme",
-                key_id=str(acme["key_row"].pk),
-                principal_id=str(acme["sa"].pk),
-                provider="vllm",
-                model=MODEL,
-                stream=False,
-                started=0.0,
-                prompt_tokens=100,
-                cached_tokens=64,
-                output_tokens=3,
-            )
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    ops.redis_client.cache_clear()  # the process's client follows REDIS_URL
+    meter_finish(
+        Meter(
+            request_id="req-no-redis",
+            tenant_id=str(acme["tenant"].pk),
+            tenant_slug="gw-acme",
+            key_id=str(acme["key_row"].pk),
+            principal_id=str(acme["sa"].pk),
+            provider="vllm",
+            model=MODEL,
+            stream=False,
+            started=0.0,
+            prompt_tokens=100,
+            cached_tokens=64,
+            output_tokens=3,
         )
-    finally:
-        metering._redis_client = original
+    )
+    ops.redis_client.cache_clear()
     row = UsageRecord.objects.all_tenants().get(request_id="req-no-redis")
     assert (row.prompt_tokens, row.cached_read_tokens, row.output_tokens) == (100, 64, 3)

@@ -1,0 +1,367 @@
+"""Budget holds of gateway requests in Redis, settled to PostgreSQL in batches.
+
+Why Redis: a reservation in PostgreSQL costs two updates of the same ``BudgetPeriod`` row
+per request, and every request of a tenant queues on that row's lock. Here a request
+costs one Lua script to reserve and one to settle, both atomic in Redis, which is one
+server for any number of gateway processes; PostgreSQL sees one statement per period per
+batch.
+
+Keys (``P`` = ``CACHEPLANE_BUDGET_REDIS_PREFIX``, ``id`` = the ``BudgetPeriod`` id):
+
+- ``P:{id}`` hash: ``limit``, ``hard`` (``1``/``0``), ``spent`` (what PostgreSQL held when
+  the hash was loaded plus everything settled through Redis since), ``reserved`` (open
+  holds), ``pg_reserved`` (holds taken in PostgreSQL: cache storage);
+- ``P:{id}:holds`` sorted set of hold ids scored by expiry (ms), ``P:{id}:amounts`` hash
+  hold id → amount;
+- ``P:settle`` list of settlement messages waiting for the flush, ``P:settle:batch:*`` and
+  ``P:settle:claims`` the batches being flushed (re-claimed after a lease: a flush that
+  died loses nothing);
+- ``P:periods`` set of period ids ever loaded (for the expiry sweep).
+
+Invariant (hard budgets): ``spent + reserved + pg_reserved <= limit`` after every
+reserve, checked and applied in one script over every period that applies (tenant-wide
+and service-account budgets together). A settle may push ``spent`` above the limit when
+the actual cost exceeds the hold: the work was done and is booked.
+
+A gateway that dies leaves its holds behind: they carry an expiry (the upstream timeout
+plus a margin) and every reserve on the period, and the beat sweep, drop expired holds
+first. The flush inserts one ``BudgetReservation`` row per settled hold (unique per
+``(tenant, request_id)``: a replayed batch inserts nothing and charges nothing) and adds
+the sum of the inserted rows to ``BudgetPeriod.spent_micros``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from billing.models import BudgetPeriod
+from billing.services.budgets import budget_periods_applicable, budget_periods_charge
+from controlplane import ops
+
+#: KEYS: per period (hash, holds, amounts). ARGV: hold id, amount, now ms, expiry ms.
+#: Returns {1} held, {2} replay (already held), {0, index, limit, spent, reserved,
+#: pg_reserved} refused by the period at ``index``, {-1, index} period not loaded.
+RESERVE_SCRIPT = """
+local hold, amount = ARGV[1], tonumber(ARGV[2])
+local now, expires = tonumber(ARGV[3]), ARGV[4]
+local periods = #KEYS / 3
+for i = 0, periods - 1 do
+  local h, z, a = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
+  local stale = redis.call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, 200)
+  for _, id in ipairs(stale) do
+    redis.call('HINCRBY', h, 'reserved', -tonumber(redis.call('HGET', a, id) or '0'))
+    redis.call('HDEL', a, id)
+    redis.call('ZREM', z, id)
+  end
+  if redis.call('EXISTS', h) == 0 then return {-1, i} end
+  if redis.call('HEXISTS', a, hold) == 1 then return {2} end
+  local v = redis.call('HMGET', h, 'hard', 'limit', 'spent', 'reserved', 'pg_reserved')
+  local used = tonumber(v[3] or '0') + tonumber(v[4] or '0') + tonumber(v[5] or '0')
+  if v[1] == '1' and used + amount > tonumber(v[2]) then
+    return {0, i, v[2], v[3] or '0', v[4] or '0', v[5] or '0'}
+  end
+end
+for i = 0, periods - 1 do
+  redis.call('HINCRBY', KEYS[3 * i + 1], 'reserved', amount)
+  redis.call('HSET', KEYS[3 * i + 3], hold, amount)
+  redis.call('ZADD', KEYS[3 * i + 2], expires, hold)
+end
+return {1}
+"""
+
+#: KEYS: per period (hash, holds, amounts), then the done marker, then the settle queue.
+#: ARGV: hold id, actual, message (empty: a release, nothing to book), marker ttl (s).
+SETTLE_SCRIPT = """
+local hold, actual = ARGV[1], tonumber(ARGV[2])
+local n = #KEYS
+if redis.call('SET', KEYS[n - 1], '1', 'NX', 'EX', tonumber(ARGV[4])) == false then
+  return 0
+end
+for i = 0, (n - 2) / 3 - 1 do
+  local h, z, a = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
+  local amount = redis.call('HGET', a, hold)
+  if amount then
+    redis.call('HINCRBY', h, 'reserved', -tonumber(amount))
+    redis.call('HDEL', a, hold)
+    redis.call('ZREM', z, hold)
+  end
+  if actual > 0 then redis.call('HINCRBY', h, 'spent', actual) end
+end
+if ARGV[3] ~= '' then redis.call('RPUSH', KEYS[n], ARGV[3]) end
+return 1
+"""
+
+#: KEYS: hash, holds, amounts of one period. ARGV: now ms. Drops expired holds.
+EXPIRE_SCRIPT = """
+local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[1]))
+for _, id in ipairs(stale) do
+  redis.call('HINCRBY', KEYS[1], 'reserved', -tonumber(redis.call('HGET', KEYS[3], id) or '0'))
+  redis.call('HDEL', KEYS[3], id)
+  redis.call('ZREM', KEYS[2], id)
+end
+return #stale
+"""
+
+#: Moves up to ARGV[1] settlements into a batch list registered with its claim time.
+CLAIM_SCRIPT = """
+local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if #items == 0 then return 0 end
+redis.call('LTRIM', KEYS[1], #items, -1)
+for i = 1, #items, 1000 do
+  redis.call('RPUSH', KEYS[2], unpack(items, i, math.min(i + 999, #items)))
+end
+redis.call('ZADD', KEYS[3], ARGV[2], KEYS[2])
+return #items
+"""
+
+
+def prefix() -> str:
+    return settings.CACHEPLANE_BUDGET_REDIS_PREFIX
+
+
+def period_keys(period_id: int) -> tuple[str, str, str]:
+    """(hash, holds, amounts) of one period."""
+    base = f"{prefix()}:{period_id}"
+    return base, f"{base}:holds", f"{base}:amounts"
+
+
+def settle_queue_key() -> str:
+    return f"{prefix()}:settle"
+
+
+def done_key(hold_id: str) -> str:
+    return f"{prefix()}:done:{hold_id}"
+
+
+@dataclass(frozen=True)
+class PeriodView:
+    """One budget period that applies to a caller, as the hot path needs it."""
+
+    id: int
+    budget_id: str
+    hard: bool
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a hold was refused (the figures of the refusing period)."""
+
+    period: PeriodView
+    limit_micros: int
+    spent_micros: int
+    reserved_micros: int
+
+
+def budget_periods_load(*, tenant_id: str, principal_id: str | None) -> list[PeriodView]:
+    """The periods that apply to the caller, loaded into Redis (one query per call).
+
+    ``spent`` is seeded once (``HSETNX``: Redis keeps counting from there); ``limit``,
+    ``hard`` and ``pg_reserved`` are refreshed on every load, so a budget change reaches
+    the hot path within the caller's refresh interval. The hash lives until a week after
+    the period ends.
+    """
+    from tenants.models import Tenant
+
+    periods = budget_periods_applicable(
+        tenant=Tenant(pk=tenant_id), principal_id=principal_id, at=datetime.now(tz=UTC)
+    )
+    if not periods:
+        return []
+    pipe = ops.redis_client().pipeline(transaction=False)
+    now = time.time()
+    for period in periods:
+        h, z, a = period_keys(period.pk)
+        pipe.hsetnx(h, "spent", period.spent_micros)
+        pipe.hset(
+            h,
+            mapping={
+                "limit": period.limit_micros,
+                "hard": "1" if period.hard_limit else "0",
+                "pg_reserved": period.reserved_micros,
+            },
+        )
+        ttl = max(60, int(period.period_end.timestamp() - now) + 7 * 86_400)
+        for key in (h, z, a):
+            pipe.expire(key, ttl)
+        pipe.sadd(f"{prefix()}:periods", period.pk)
+    pipe.execute()
+    return [
+        PeriodView(id=p.pk, budget_id=str(p.budget_id), hard=p.hard_limit)
+        for p in sorted(periods, key=lambda p: p.pk)
+    ]
+
+
+def hold_new_id() -> str:
+    """A fresh hold id (never the client's request id: clients may reuse those)."""
+    return f"gw-{uuid.uuid4().hex}"
+
+
+def reserve_args(
+    *, periods: list[PeriodView], hold_id: str, amount_micros: int, ttl_seconds: float
+) -> tuple[list[str], list[str]]:
+    """KEYS and ARGV of :data:`RESERVE_SCRIPT` (the caller runs it on its own client)."""
+    keys = [key for p in periods for key in period_keys(p.id)]
+    now_ms = int(time.time() * 1000)
+    return keys, [hold_id, str(amount_micros), str(now_ms), str(now_ms + int(ttl_seconds * 1000))]
+
+
+def reserve_outcome(reply: list, periods: list[PeriodView]) -> Refusal | None | bool:
+    """None: held; a Refusal; False: a period is not loaded (load and retry)."""
+    status = int(reply[0])
+    if status in (1, 2):
+        return None
+    if status == -1:
+        return False
+    return Refusal(
+        period=periods[int(reply[1])],
+        limit_micros=int(reply[2]),
+        spent_micros=int(reply[3]),
+        reserved_micros=int(reply[4]) + int(reply[5]),
+    )
+
+
+def settle_args(
+    *,
+    periods: list[PeriodView],
+    hold_id: str,
+    tenant_id: str,
+    principal_id: str | None,
+    amount_micros: int,
+    actual_micros: int,
+) -> tuple[list[str], list[str]]:
+    """KEYS and ARGV of :data:`SETTLE_SCRIPT`: drop the hold, book ``actual_micros``."""
+    keys = [key for p in periods for key in period_keys(p.id)]
+    keys += [done_key(hold_id), settle_queue_key()]
+    message = ""
+    if actual_micros > 0:
+        message = json.dumps(
+            [
+                tenant_id,
+                principal_id,
+                hold_id,
+                amount_micros,
+                actual_micros,
+                [p.id for p in periods],
+            ]
+        )
+    return keys, [hold_id, str(actual_micros), message, "86400"]
+
+
+def budget_holds_expire() -> int:
+    """Drop expired holds on every period ever loaded; returns how many (the beat sweep).
+
+    Holds of a gateway that died are released here even if no request touches their
+    period again.
+    """
+    client = ops.redis_client()
+    script = client.register_script(EXPIRE_SCRIPT)
+    now_ms = int(time.time() * 1000)
+    dropped = 0
+    for member in client.sscan_iter(f"{prefix()}:periods", count=500):
+        dropped += int(script(keys=list(period_keys(int(member))), args=[now_ms]))
+    return dropped
+
+
+@dataclass
+class SettleFlushResult:
+    batches: int = 0
+    settlements: int = 0
+    inserted: int = 0
+    charged_micros: int = 0
+
+
+def budget_settlements_flush(
+    *, batch_size: int = 5000, max_batches: int = 20, lease_seconds: int = 300
+) -> SettleFlushResult:
+    """Book settled holds into PostgreSQL, one transaction per batch (idempotent).
+
+    Each settlement becomes a ``BudgetReservation`` row (state settled); only rows that
+    were actually inserted add to ``BudgetPeriod.spent_micros`` (through
+    ``budget_periods_charge``, which also raises threshold alerts), so a batch replayed
+    after a crash between commit and cleanup changes nothing.
+    """
+    client = ops.redis_client()
+    claim = client.register_script(CLAIM_SCRIPT)
+    claims = f"{settle_queue_key()}:claims"
+    result = SettleFlushResult()
+    stale_before = time.time() - lease_seconds
+    batch_keys = [k.decode() for k in client.zrangebyscore(claims, "-inf", stale_before)]
+    while len(batch_keys) < max_batches:
+        batch_key = f"{settle_queue_key()}:batch:{uuid.uuid4().hex}"
+        if not int(
+            claim(keys=[settle_queue_key(), batch_key, claims], args=[batch_size, time.time()])
+        ):
+            break
+        batch_keys.append(batch_key)
+    for batch_key in batch_keys:
+        raw = client.lrange(batch_key, 0, -1)
+        if raw:
+            _book(raw, result)
+        client.delete(batch_key)
+        client.zrem(claims, batch_key)
+        result.batches += 1
+    return result
+
+
+def _book(raw: list[bytes], result: SettleFlushResult) -> None:
+    rows = [json.loads(item) for item in raw]
+    result.settlements += len(rows)
+    now = datetime.now(tz=UTC)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO billing_budgetreservation (id, tenant_id, principal_id, request_id, "
+                "kind, amount_micros, actual_micros, period_ids, state, expires_at, created_at, "
+                "finished_at) "
+                "SELECT gen_random_uuid(), t, p, r, 'request', a, x, "
+                "ARRAY(SELECT jsonb_array_elements_text(ids)::bigint), 'settled', %s, %s, %s "
+                "FROM unnest(%s::uuid[], %s::uuid[], %s::text[], %s::bigint[], %s::bigint[], "
+                "%s::jsonb[]) AS u(t, p, r, a, x, ids) "
+                "ON CONFLICT (tenant_id, request_id) DO NOTHING "
+                "RETURNING period_ids, actual_micros",
+                [
+                    now + timedelta(seconds=1),
+                    now,
+                    now,
+                    [r[0] for r in rows],
+                    [r[1] for r in rows],
+                    [r[2] for r in rows],
+                    [r[3] for r in rows],
+                    [r[4] for r in rows],
+                    [json.dumps(r[5]) for r in rows],
+                ],
+            )
+            inserted = cursor.fetchall()
+        charges: dict[int, int] = defaultdict(int)
+        for period_ids, actual in inserted:
+            for period_id in period_ids:
+                charges[period_id] += actual
+        budget_periods_charge(charges=dict(charges))
+    result.inserted += len(inserted)
+    result.charged_micros += sum(actual for _, actual in inserted)
+
+
+def budget_period_live(*, period_id: int) -> dict[str, int]:
+    """The Redis counters of one period (tests, the console): spent, reserved, limit."""
+    h, _, _ = period_keys(period_id)
+    values = ops.redis_client().hgetall(h)
+    return {k.decode(): int(v) for k, v in values.items()}
+
+
+__all__ = [
+    "BudgetPeriod",
+    "PeriodView",
+    "Refusal",
+    "budget_holds_expire",
+    "budget_period_live",
+    "budget_periods_load",
+    "budget_settlements_flush",
+]

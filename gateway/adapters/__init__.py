@@ -1,0 +1,1 @@
+"""Provider adapters behind one interface (``gateway.adapters.base.Adapter``)."""

@@ -1,0 +1,133 @@
+"""The provider adapter interface: what the pipeline needs from an upstream, nothing more.
+
+An adapter (1) checks the OpenAI parameters against what its provider honours and builds
+the upstream request (``prepare``), (2) picks where to send it (``route``), (3) sends it
+and relays the answer, filling in :class:`Usage` as it goes (``send``). Budgets, rate
+limits, fair share, metering and error shapes are the pipeline's (``gateway.pipeline``):
+adding an Anthropic or OpenAI upstream is one new module here and one line in
+``gateway.adapters.registry``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.directory import CacheView
+from gateway.errors import GatewayError
+from gateway.identity import Identity
+
+#: Bytes per token can be below one only for tokens spanning several bytes, never above:
+#: every token covers at least one UTF-8 byte, so the byte length of the JSON that carries
+#: the prompt (quotes and keys included, which pays for a chat template's role tokens)
+#: is an upper bound of its token count without a tokenizer.
+CHARS_PER_TOKEN_ESTIMATE = 4
+
+
+@dataclass
+class Usage:
+    """Token counts of one request, as the provider reports (or the relay counted) them."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    reported: bool = False  # the provider's own figures (not a count of what was streamed)
+
+
+@dataclass
+class Call:
+    """One request on its way through the pipeline."""
+
+    kind: str  # "chat" or "completion"
+    body: dict[str, Any]
+    identity: Identity
+    cache: CacheView | None
+    request_id: str
+    priority: str
+    session: str | None
+    started: float
+    model: str = ""
+    stream: bool = False
+    client_wants_usage: bool = False
+    upstream_body: Any = None  # what the adapter will send
+    prompt_tokens_bound: int = 0  # an upper bound (cache included)
+    max_output_tokens: int = 0  # an upper bound (the model's maximum when not given)
+    estimated_tokens: int = 0  # for tokens/minute: prompt characters / 4 + output allowance
+    usage: Usage = field(default_factory=Usage)
+    ttft_ms: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Target:
+    """Where a call goes: the pool (fair share, pricing) and the adapter's own choice."""
+
+    pool: str  # the price pool ("" for per-token providers)
+    share_key: str  # the fair-share queue
+    capacity: int
+    worker: str = ""
+    state: Any = None
+
+
+@dataclass
+class Upstream:
+    """An answer that started well (status 200): a JSON body, or SSE events to relay."""
+
+    body: bytes | None = None
+    events: AsyncIterator[bytes] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    completed: bool = False  # the stream reached its end
+    close: Callable[[], Awaitable[None]] | None = None
+
+
+class Adapter(Protocol):
+    provider: str
+
+    def prepare(self, call: Call) -> None:
+        """Check parameters (400 ``unsupported_parameter``) and build ``upstream_body``."""
+
+    async def route(self, call: Call) -> Target:
+        """Choose where to send (503 ``no_worker`` when nothing can take it)."""
+
+    async def send(self, call: Call, target: Target) -> Upstream:
+        """Send; a failure before the first byte raises GatewayError with its real status."""
+
+
+def refuse(name: str, provider: str, why: str = "") -> GatewayError:
+    return GatewayError(
+        400,
+        "unsupported_parameter",
+        f"'{name}' is not supported for {provider} models"
+        + (f": {why}" if why else "")
+        + ". Remove it or use a model that supports it.",
+        param=name,
+    )
+
+
+def check_parameters(body: dict[str, Any], *, allowed: frozenset[str], provider: str) -> None:
+    """Refuse every field outside ``allowed`` (never forward or drop what we do not know)."""
+    for name in body:
+        if name not in allowed:
+            raise refuse(name, provider)
+
+
+def json_bytes(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def prompt_bound(call: Call, *extra_tokens: int) -> int:
+    """An upper bound of the prompt's tokens (see :data:`CHARS_PER_TOKEN_ESTIMATE`)."""
+    body = call.body
+    carried = body.get("messages") if call.kind == "chat" else body.get("prompt")
+    size = json_bytes(carried) + sum(json_bytes(body[k]) for k in ("tools",) if k in body)
+    return size + sum(extra_tokens) + 16
+
+
+def prompt_estimate(call: Call) -> int:
+    """A realistic prompt size for tokens/minute (what OpenAI's limiter counts)."""
+    body = call.body
+    carried = body.get("messages") if call.kind == "chat" else body.get("prompt")
+    return json_bytes(carried) // CHARS_PER_TOKEN_ESTIMATE + 1

@@ -1,0 +1,53 @@
+"""Which adapter serves a model: a named cache's provider, a worker pool, or Vertex."""
+
+from __future__ import annotations
+
+from asgiref.sync import sync_to_async
+from cachetools import TTLCache
+
+from gateway.adapters.base import Adapter
+from gateway.adapters.vertex import VertexAdapter
+from gateway.adapters.vllm import VllmAdapter
+from gateway.directory import REFRESH_SECONDS, CacheView, directory
+from gateway.errors import GatewayError
+
+ADAPTERS: dict[str, Adapter] = {"vllm": VllmAdapter(), "vertex": VertexAdapter()}
+_registered: TTLCache = TTLCache(maxsize=10_000, ttl=REFRESH_SECONDS)  # event loop only
+
+
+def _registered_anywhere(model: str) -> bool:
+    from workers.models import Worker
+
+    return Worker.objects.filter(model=model).exists()
+
+
+async def _known_vllm_model(model: str) -> bool:
+    """A model some worker is registered for, healthy or not (cached like the directory):
+    all its workers down is ``503 no_worker``, not ``404 model_not_found``."""
+    found = _registered.get(model)
+    if found is None:
+        found = _registered[model] = await sync_to_async(
+            _registered_anywhere, thread_sensitive=False
+        )(model)
+    return found
+
+
+async def adapter_for(model: str, cache: CacheView | None) -> Adapter:
+    from caches.catalog import VERTEX_MODELS
+
+    await directory.current_workers()
+    if cache is not None:
+        return ADAPTERS[cache.provider]
+    if directory.serving(model):
+        return ADAPTERS["vllm"]
+    if model in VERTEX_MODELS:
+        return ADAPTERS["vertex"]
+    if await _known_vllm_model(model):
+        return ADAPTERS["vllm"]  # its route step answers 503 no_worker
+    raise GatewayError(
+        404, "model_not_found", f"The model {model!r} does not exist.", param="model"
+    )
+
+
+def forget() -> None:
+    _registered.clear()

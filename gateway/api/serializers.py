@@ -1,0 +1,53 @@
+"""Rate-limit API shapes (input and output separate; ``tenant`` never writable)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from gateway.models import RateLimit
+
+_LIMIT_HELP = "Null: unlimited."
+
+
+class RateLimitOut(serializers.ModelSerializer):
+    api_key = serializers.UUIDField(source="api_key_id", allow_null=True, read_only=True)
+
+    class Meta:
+        model = RateLimit
+        fields = [
+            "id",
+            "api_key",
+            "requests_per_minute",
+            "tokens_per_minute",
+            "concurrent_requests",
+            "weight",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class RateLimitUpdateInput(serializers.Serializer):
+    requests_per_minute = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, help_text=_LIMIT_HELP
+    )
+    tokens_per_minute = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, help_text=_LIMIT_HELP
+    )
+    concurrent_requests = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, help_text=_LIMIT_HELP
+    )
+    weight = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=1000,
+        help_text="Fair-share weight of the tenant under contention (tenant-wide row only).",
+    )
+
+
+class RateLimitCreateInput(RateLimitUpdateInput):
+    api_key = serializers.UUIDField(
+        required=False,
+        allow_null=True,
+        help_text="An API key of this tenant; omitted or null: the tenant-wide limit.",
+    )

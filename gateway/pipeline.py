@@ -1,0 +1,309 @@
+"""One request, top to bottom: authenticate → authorize → rate-limit → route → price →
+reserve → send → meter/settle.
+
+Every step runs once, here, for every provider; what differs per provider (the upstream
+request, where it goes, how its answer and usage look) is an adapter
+(``gateway.adapters``). A step that refuses raises ``GatewayError`` (OpenAI's error
+shape, a stable ``code``); everything taken before it (a rate-limit slot, a fair-share
+slot, a budget hold) is given back by ``_Books.close``, which runs exactly once per
+request: at the end of the body, at the end (or abort) of a stream, or on the error.
+
+Hot-path cost: no database query in steady state (identity, budgets' periods, rate
+limits, prices and the worker directory are cached for seconds); Redis: one script for
+the rate limit, one to reserve, one to settle, one batched push for metering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from asgiref.sync import sync_to_async
+from redis.exceptions import RedisError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from billing.pricing import UsageCounts
+from controlplane.request_context import sanitize_request_id
+from gateway import budget, fairshare, pricing, ratelimit
+from gateway.adapters.base import Adapter, Call, Target, Upstream
+from gateway.adapters.registry import adapter_for
+from gateway.directory import CacheView, directory
+from gateway.errors import GatewayError
+from gateway.identity import Identity, identify, identity_refused
+from gateway.metering import Meter, record
+from gateway.requests import read_body, validate_body
+
+logger = logging.getLogger(__name__)
+PRIORITIES = ("interactive", "batch")
+
+
+async def handle(request: Request, kind: str) -> Response:
+    """Answer one ``/v1/chat/completions`` or ``/v1/completions`` request."""
+    started = time.perf_counter()
+    request_id = sanitize_request_id(request.headers.get("x-request-id"))
+    books = _Books()
+    try:
+        # 1-2. authenticate and authorize (inference.invoke), then parse and check.
+        identity = await identify(
+            request.headers.get("authorization"),
+            source_ip=request.client.host if request.client else None,
+            user_agent=request.headers.get("user-agent", ""),
+        )
+        call = await _parse(request, kind, identity, request_id, started)
+        adapter = await adapter_for(call.model, call.cache)
+        adapter.prepare(call)  # honoured or refused: never silently dropped
+        books.open(call, adapter.provider)
+        # 3. rate-limit: key and tenant requests/min, tokens/min, concurrency.
+        books.admission = await ratelimit.admit(
+            tenant_id=identity.tenant_id,
+            key_id=identity.key_id,
+            call_id=request_id + ":" + str(id(call)),
+            estimated_tokens=call.estimated_tokens,
+        )
+        # 4. route: where it goes, then a fair share of that pool when it is saturated.
+        target = await adapter.route(call)
+        books.target = target
+        books.queue = fairshare.queue_for(target.share_key, target.capacity)
+        await books.queue.acquire(
+            tenant=identity.tenant_id,
+            weight=books.admission.weight,
+            priority=call.priority,
+            timeout=_queue_timeout(),
+        )
+        books.slot = True
+        # 5. price (now that the pool is known) and 6. reserve its upper bound.
+        books.rates = await pricing.rates(adapter.provider, call.model, target.pool)
+        estimate = (
+            pricing.upper_bound_micros(
+                books.rates,
+                prompt_tokens=call.prompt_tokens_bound,
+                max_output_tokens=call.max_output_tokens,
+            )
+            if books.rates is not None
+            else None
+        )
+        books.hold = await budget.reserve(identity, amount_micros=estimate, request_id=request_id)
+        # 7. send through the adapter.
+        upstream_started = time.perf_counter()
+        books.sent = True
+        answer = await adapter.send(call, target)
+    except GatewayError as exc:
+        await books.close(status="upstream_error")
+        response = exc.response()
+        response.headers["x-request-id"] = request_id
+        for name, value in books.rate_headers().items():
+            response.headers.setdefault(name, value)
+        return response
+    except RedisError:
+        # Budgets and rate limits cannot be checked: refuse rather than run unchecked.
+        logger.exception("redis unavailable", extra={"request_id": request_id})
+        await books.close(status="upstream_error")
+        return GatewayError(
+            503,
+            "limits_unavailable",
+            "Budgets and rate limits cannot be checked right now; retry shortly.",
+            headers={"Retry-After": "1", "x-request-id": request_id},
+        ).response()
+    except BaseException:
+        await books.close(status="upstream_error")
+        raise
+    # 8. meter and settle: now for a body, when the stream ends (or breaks) otherwise.
+    headers = {
+        "x-request-id": request_id,
+        "x-cacheplane-overhead-ms": f"{(upstream_started - started) * 1000:.2f}",
+        **answer.headers,
+        **books.rate_headers(),
+    }
+    if answer.events is None:
+        call.ttft_ms = int((time.perf_counter() - started) * 1000)
+        await books.close(status="ok")
+        return Response(answer.body, media_type="application/json", headers=headers)
+    headers["cache-control"] = "no-cache"
+    return StreamingResponse(_relay(answer, books), media_type="text/event-stream", headers=headers)
+
+
+async def _relay(answer: Upstream, books: _Books):
+    """The adapter's events to the client; the books close whatever way the stream ends."""
+    try:
+        async for event in answer.events:
+            yield event
+    finally:
+        # A client that went away cancels this generator, and Starlette's cancel scope
+        # cancels every await here too: the closing runs as its own task, shielded, so
+        # the stream is booked from what was streamed even then.
+        closing = asyncio.ensure_future(_close_stream(answer, books))
+        _closing.add(closing)
+        closing.add_done_callback(_closing.discard)
+        await asyncio.shield(closing)
+
+
+_closing: set[asyncio.Future] = set()
+
+
+async def _close_stream(answer: Upstream, books: _Books) -> None:
+    try:
+        if answer.close is not None:
+            await answer.close()
+    finally:
+        status = books.call.extra.get("status", "ok")
+        await books.close(status=status if answer.completed else "client_disconnect")
+
+
+async def _parse(
+    request: Request, kind: str, identity: Identity, request_id: str, started: float
+) -> Call:
+    body = await read_body(request)
+    try:
+        validate_body(body, kind)
+    except GatewayError as refused:
+        if refused.code == "cache_salt_not_allowed":  # a security refusal: audited
+            await sync_to_async(identity_refused, thread_sensitive=False)(
+                identity, action="gateway.cache_salt.refuse", reason="client_cache_salt"
+            )
+        raise
+    priority = request.headers.get("x-cacheplane-priority", "interactive").lower()
+    if priority not in PRIORITIES:
+        raise GatewayError(
+            400,
+            "invalid_priority",
+            "x-cacheplane-priority must be 'interactive' or 'batch'.",
+        )
+    cache = await _resolve_cache(identity, body, request)
+    options = body.get("stream_options") or {}
+    return Call(
+        kind=kind,
+        body=body,
+        identity=identity,
+        cache=cache,
+        request_id=request_id,
+        priority=priority,
+        session=request.headers.get("x-session-id"),
+        started=started,
+        model=body["model"],
+        stream=bool(body.get("stream")),
+        client_wants_usage=bool(options.get("include_usage")),
+    )
+
+
+async def _resolve_cache(identity: Identity, body: dict, request: Request) -> CacheView | None:
+    reference = body.pop("cache", None) or request.headers.get("x-cacheplane-cache")
+    if reference is None:
+        return None
+    if not isinstance(reference, str) or not 0 < len(reference) <= 100:
+        raise GatewayError(
+            400, "invalid_request", "'cache' must be a cache id or name.", param="cache"
+        )
+    cache = await directory.cache(identity.tenant_id, reference)
+    if cache is None:
+        await sync_to_async(_audit_cache_not_found, thread_sensitive=False)(identity, reference)
+        raise GatewayError(404, "cache_not_found", f"No live cache {reference!r}.", param="cache")
+    if cache.model != body["model"]:
+        raise GatewayError(
+            400,
+            "cache_model_mismatch",
+            f"Cache {cache.name!r} is for model {cache.model!r}.",
+            param="model",
+        )
+    return cache
+
+
+def _audit_cache_not_found(identity: Identity, reference: str) -> None:
+    identity_refused(
+        identity,
+        action="gateway.cache.not_found",
+        reason="cache_not_found",
+        details={"reference": reference},
+    )
+
+
+def _queue_timeout() -> float:
+    from django.conf import settings
+
+    return settings.CACHEPLANE_GATEWAY_QUEUE_TIMEOUT_SECONDS
+
+
+@dataclass
+class _Books:
+    """What a request has taken so far, and closing it exactly once."""
+
+    call: Call | None = None
+    provider: str = ""
+    admission: ratelimit.Admission | None = None
+    target: Target | None = None
+    queue: fairshare.FairQueue | None = None
+    slot: bool = False
+    rates: pricing.Rates | None = None
+    hold: budget.Hold | None = None
+    sent: bool = False
+    closed: bool = False
+
+    def open(self, call: Call, provider: str) -> None:
+        self.call, self.provider = call, provider
+
+    def rate_headers(self) -> dict[str, str]:
+        return self.admission.headers if self.admission is not None else {}
+
+    async def close(self, *, status: str) -> None:
+        """Give back the fair-share slot and the rate-limit slot, settle the hold with
+        the request's cost, record usage. Never raises (the answer is already decided)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.slot and self.queue is not None:
+            self.queue.release()
+        call = self.call
+        if call is None:
+            return
+        usage = call.usage
+        counts = UsageCounts(
+            prompt_tokens=usage.prompt_tokens,
+            cached_read_tokens=min(usage.cached_tokens, usage.prompt_tokens),
+            output_tokens=usage.output_tokens,
+        )
+        used = usage.prompt_tokens + usage.output_tokens
+        try:
+            await ratelimit.finish(self.admission, actual_tokens=used if self.sent else 0)
+            await budget.settle(self.hold, actual_micros=pricing.cost_micros(self.rates, counts))
+        except Exception:
+            logger.exception("closing the books failed", extra={"request_id": call.request_id})
+        if not self.sent:
+            return  # refused by a step (429, 402, 503) before sending: nothing was used
+        target = self.target
+        extra = call.extra
+        meter = Meter(
+            request_id=call.request_id,
+            tenant_id=call.identity.tenant_id,
+            tenant_slug=call.identity.tenant_slug,
+            key_id=call.identity.key_id,
+            principal_id=call.identity.principal_id,
+            provider=self.provider,
+            model=call.model,
+            stream=call.stream,
+            started=call.started,
+            worker=target.worker if target else "",
+            pool=target.pool if target else "",
+            cache_id=call.cache.id if call.cache else None,
+            predicted_hit=bool(extra.get("predicted_hit")),
+            prompt_tokens=counts.prompt_tokens,
+            cached_tokens=counts.cached_read_tokens,
+            output_tokens=counts.output_tokens,
+            ttft_ms=call.ttft_ms,
+            latency_ms=int((time.perf_counter() - call.started) * 1000),
+            status=status,
+            available_tokens=int(extra.get("available_tokens", 0)),
+            routed_tokens=int(extra.get("routed_tokens", 0)),
+        )
+        try:
+            await record(meter)
+        except Exception:
+            logger.exception("usage not recorded", extra={"request_id": call.request_id})
+
+
+def error_response(status: int, code: str, message: str) -> JSONResponse:
+    return GatewayError(status, code, message).response()
+
+
+__all__ = ["Adapter", "handle"]

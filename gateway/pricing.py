@@ -1,0 +1,106 @@
+"""The price step: an upper bound of a request's cost before it runs, its cost after.
+
+Prices come from billing's price book (``billing.selectors.prices``) and are cached per
+(provider, model, pool) for ``RATES_CACHE_SECONDS``; the arithmetic is billing's
+(``billing.pricing``), so the hold, the settlement and the ledger agree to the µ$.
+Priced after routing: a vLLM request's price is its pool's, known once a worker is
+chosen.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from cachetools import TTLCache
+
+from billing.pricing import Cost, UsageCounts, gpu_cost, token_cost
+
+RATES_CACHE_SECONDS = 60.0
+_MISSING = object()
+# Read from the event loop and from metering threads: guarded by _lock.
+_rates: TTLCache = TTLCache(maxsize=10_000, ttl=RATES_CACHE_SECONDS)
+_lock = threading.Lock()
+Rates = tuple[Callable[[UsageCounts, Any], Cost], Any]
+
+
+def rates_cached(provider: str, model: str, pool: str) -> Rates | None:
+    """(cost function, rates) of the price in force now, cached (None: no price); sync."""
+    key = (provider, model, pool)
+    with _lock:
+        cached = _rates.get(key, _MISSING)
+    if cached is not _MISSING:
+        return cached
+    from billing.selectors.prices import (
+        model_price_resolve,
+        pool_price_resolve,
+        pool_rates,
+        token_rates,
+    )
+
+    now = datetime.now(tz=UTC)
+    value: Rates | None
+    if provider == "vllm":
+        price = pool_price_resolve(pool=pool, at=now) if pool else None
+        value = (gpu_cost, pool_rates(price)) if price is not None else None
+    else:
+        found = model_price_resolve(provider=provider, model=model, at=now)
+        value = (token_cost, token_rates(found)) if found is not None else None
+    with _lock:
+        _rates[key] = value
+    return value
+
+
+async def rates(provider: str, model: str, pool: str) -> Rates | None:
+    """:func:`rates_cached` without blocking the loop on a cache miss."""
+    with _lock:
+        cached = _rates.get((provider, model, pool), _MISSING)
+    if cached is not _MISSING:
+        return cached
+    return await sync_to_async(rates_cached, thread_sensitive=False)(provider, model, pool)
+
+
+def forget() -> None:
+    with _lock:
+        _rates.clear()
+
+
+def upper_bound_micros(found: Rates, *, prompt_tokens: int, max_output_tokens: int) -> int:
+    """The most this request can cost: every prompt token at the dearest input-side rate
+    (plain, or written to a cache) of the tier its size selects, plus every output token
+    it may generate. ``prompt_tokens`` must itself be an upper bound (cache included)."""
+    cost_fn, rates_ = found
+    if cost_fn is gpu_cost:
+        return gpu_cost(
+            UsageCounts(prompt_tokens=prompt_tokens, output_tokens=max_output_tokens), rates_
+        ).micros
+    shapes = (
+        UsageCounts(prompt_tokens=prompt_tokens, output_tokens=max_output_tokens),
+        UsageCounts(
+            prompt_tokens=prompt_tokens,
+            cache_write_5m_tokens=prompt_tokens,
+            output_tokens=max_output_tokens,
+        ),
+        UsageCounts(
+            prompt_tokens=prompt_tokens,
+            cache_write_1h_tokens=prompt_tokens,
+            output_tokens=max_output_tokens,
+        ),
+        UsageCounts(
+            prompt_tokens=prompt_tokens,
+            cached_read_tokens=prompt_tokens,
+            output_tokens=max_output_tokens,
+        ),
+    )
+    return max(token_cost(shape, rates_).micros for shape in shapes)
+
+
+def cost_micros(found: Rates | None, counts: UsageCounts) -> int:
+    """What these counts cost (0 without a price: the ledger books it when one exists)."""
+    if found is None:
+        return 0
+    cost_fn, rates_ = found
+    return cost_fn(counts, rates_).micros

@@ -1,0 +1,154 @@
+"""Helpers for gateway tests: more gateway processes on the test database, prices."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _database_url() -> str:
+    """The server's URL (as the test run was given it) naming the test database."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from django.db import connection
+
+    parts = urlsplit(os.environ["DATABASE_URL"])
+    return urlunsplit(parts._replace(path="/" + connection.settings_dict["NAME"]))
+
+
+@contextlib.contextmanager
+def gateway_processes(count: int, **env: str) -> Iterator[list[str]]:
+    """``count`` separate uvicorn processes of the whole app, on the test database and
+    Redis (their URLs), with ``env`` added; yields their base URLs."""
+    from django.conf import settings
+
+    from controlplane.embedded import free_port
+
+    base_env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "PYTHONWARNINGS": "ignore",
+        **env,
+    }
+    processes: list[subprocess.Popen] = []
+    urls: list[str] = []
+    try:
+        for _ in range(count):
+            port = free_port()
+            processes.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "uvicorn",
+                        "controlplane.asgi:application",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(port),
+                        "--lifespan",
+                        "off",
+                        "--no-access-log",
+                        "--log-level",
+                        "warning",
+                    ],
+                    cwd=REPO,
+                    env=base_env,
+                )
+            )
+            urls.append(f"http://127.0.0.1:{port}")
+        for process, url in zip(processes, urls, strict=True):
+            deadline = time.monotonic() + 90
+            while True:
+                assert process.poll() is None, f"gateway at {url} exited at start"
+                try:
+                    httpx.get(f"{url}/v1/models", timeout=2)
+                    break
+                except httpx.HTTPError:
+                    assert time.monotonic() < deadline, f"gateway at {url} did not start"
+                    time.sleep(0.2)
+        yield urls
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def vertex_env(emulator) -> dict[str, str]:
+    """What a gateway process needs to reach the running Vertex emulator."""
+    return {
+        "CACHEPLANE_VERTEX_BASE_URL": emulator.base_url,
+        "CACHEPLANE_VERTEX_STATIC_TOKEN": "test-token",
+        "CACHEPLANE_VERTEX_PROJECT": "p1",
+        "CACHEPLANE_VERTEX_LOCATION": "us-central1",
+    }
+
+
+def price_vertex_output_only(*, model: str, output_per_mtok: str) -> None:
+    """A price where only output costs (so a request's hold equals its cost exactly)."""
+    from billing.models import ModelPrice
+    from billing.services.prices import model_price_create
+    from tests.factories import actor_for
+
+    ModelPrice.objects.filter(provider="vertex", model=model).delete()
+    model_price_create(
+        actor=actor_for(None),
+        provider="vertex",
+        model=model,
+        source="test",
+        rates={
+            "input_per_mtok": "0",
+            "cached_input_per_mtok": "0",
+            "output_per_mtok": output_per_mtok,
+        },
+    )
+
+
+def price_pool_decode_only(*, pool: str = "default", decode_tokens_per_second: str = "1") -> None:
+    """A GPU price where prefill rounds to 0 µ$ (prompts under 500 tokens) and each
+    decoded token costs 1,000 µ$ (3.60 $/GPU-hour at one token per GPU-second)."""
+    from billing.models import PoolPrice
+    from billing.services.prices import pool_price_create
+    from tests.factories import actor_for
+
+    PoolPrice.objects.filter(pool=pool).delete()
+    pool_price_create(
+        actor=actor_for(None),
+        pool=pool,
+        source="test",
+        rates={
+            "gpu_hour_usd": "3.60",
+            "prefill_tokens_per_gpu_second": "1000000",
+            "decode_tokens_per_gpu_second": decode_tokens_per_second,
+            "kv_blocks_per_gpu": 1000,
+        },
+    )
+
+
+def hard_budget(tenant_key: dict, *, limit_micros: int, hard: bool = True):
+    from billing.services.budgets import budget_create
+    from tests.factories import actor_for
+
+    return budget_create(
+        actor=actor_for(tenant_key["admin"]),
+        tenant=tenant_key["tenant"],
+        name="hard",
+        period="month",
+        limit_micros=limit_micros,
+        hard_limit=hard,
+    )
