@@ -213,6 +213,18 @@ AUDITED_MODELS: dict[str, AuditFields] = {
         # Scraped every probe: the worker's own numbers, not a change anyone made.
         ignored={"id", "metrics", "last_seen_at", "created_at", "updated_at"},
     ),
+    "gateway.RateLimit": _fields(
+        {
+            "tenant",
+            "api_key",
+            "requests_per_minute",
+            "tokens_per_minute",
+            "concurrent_requests",
+            "weight",
+            "created_by",
+        },
+        ignored={"id", "created_at", "updated_at"},
+    ),
     "audit.AuditExport": _fields(
         {
             "tenant",

@@ -8,6 +8,7 @@ from django.db import models
 from django.db.models import Q
 
 from tenants.models import ApiKey, Principal, Tenant
+from tenants.scoping import TenantScopedManager
 
 
 class RateLimit(models.Model):
@@ -32,6 +33,8 @@ class RateLimit(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantScopedManager()  # fail closed: queries must name a tenant
 
     class Meta:
         constraints = [

@@ -11,7 +11,8 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from audit.services import audit_record, changes_between
+from audit.services import audit_record
+from audit.snapshot import EMPTY, diff, model_snapshot
 from controlplane.errors import Conflict, NotFound, ValidationFailed
 from gateway.models import RateLimit
 from tenants.actor import Actor
@@ -36,13 +37,6 @@ class RateLimitExists(Conflict):
 
 class RateLimitNotFound(NotFound):
     code = "rate_limit_not_found"
-
-
-def _snapshot(limit: RateLimit) -> dict[str, Any]:
-    return {
-        "api_key": str(limit.api_key_id) if limit.api_key_id else None,
-        **{name: getattr(limit, name) for name in LIMIT_FIELDS},
-    }
 
 
 def _clean(values: dict[str, Any], *, is_key: bool) -> dict[str, Any]:
@@ -95,7 +89,7 @@ def rate_limit_create(
                 tenant=tenant,
                 target_type="rate_limit",
                 target_id=str(limit.pk),
-                changes=changes_between({}, _snapshot(limit)),
+                changes=diff(EMPTY, model_snapshot(limit)),
             )
     except IntegrityError:
         raise RateLimitExists(
@@ -112,7 +106,7 @@ def rate_limit_update(*, limit: RateLimit, actor: Actor, changes: dict[str, Any]
         locked = RateLimit.objects.select_for_update(of=("self",)).get(
             pk=limit.pk, tenant_id=limit.tenant_id
         )
-        before = _snapshot(locked)
+        before = model_snapshot(locked)
         for name, value in cleaned.items():
             setattr(locked, name, value)
         locked.save(update_fields=[*cleaned, "updated_at"])
@@ -122,7 +116,7 @@ def rate_limit_update(*, limit: RateLimit, actor: Actor, changes: dict[str, Any]
             tenant=locked.tenant,
             target_type="rate_limit",
             target_id=str(locked.pk),
-            changes=changes_between(before, _snapshot(locked)),
+            changes=diff(before, model_snapshot(locked)),
         )
     return locked
 
@@ -130,7 +124,7 @@ def rate_limit_update(*, limit: RateLimit, actor: Actor, changes: dict[str, Any]
 def rate_limit_delete(*, limit: RateLimit, actor: Actor) -> None:
     """Remove a rate limit (the scope becomes unlimited)."""
     with transaction.atomic():
-        before = _snapshot(limit)
+        before = model_snapshot(limit)
         RateLimit.objects.filter(pk=limit.pk, tenant_id=limit.tenant_id).delete()
         audit_record(
             actor=actor,
@@ -138,5 +132,5 @@ def rate_limit_delete(*, limit: RateLimit, actor: Actor) -> None:
             tenant=limit.tenant,
             target_type="rate_limit",
             target_id=str(limit.pk),
-            changes=changes_between(before, {}),
+            changes=diff(before, EMPTY),
         )
