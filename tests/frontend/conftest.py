@@ -26,7 +26,9 @@ ARGS = [
 PASSWORD = "console-test-password-1"
 
 
-@pytest.fixture(scope="session")
+# Module scope: the sync API runs an event loop on this thread while it lives, and later
+# modules (Channels, asyncio tests) cannot start their own loops until it is stopped.
+@pytest.fixture(scope="module")
 def browser():
     assert os.path.exists(CHROMIUM), (
         f"Debian's Chromium is required for the browser tests ({CHROMIUM} is missing): "
