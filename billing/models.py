@@ -604,6 +604,8 @@ class TtlProfile(models.Model):
     queries = models.BigIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = TenantScopedManager()  # fail closed: queries must name a tenant
+
     class Meta:
         constraints = [
             models.UniqueConstraint(

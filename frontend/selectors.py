@@ -374,7 +374,8 @@ def usage_series(*, tenant_ids: list[Any] | None, range_key: str) -> dict[str, A
     span, step = RANGES.get(range_key, RANGES["1h"])
     now = timezone.now()
     start_epoch = int((now - span).timestamp()) // step * step
-    rollups = UsageRollup.objects.filter(
+    # all_tenants: a platform chart spans every tenant unless tenant_ids narrows it
+    rollups = UsageRollup.objects.all_tenants().filter(
         granularity=Granularity.MINUTE,
         bucket__gte=datetime.fromtimestamp(start_epoch, tz=now.tzinfo),
     )
@@ -421,7 +422,9 @@ def platform_top(*, limit: int = 5) -> dict[str, list[dict[str, Any]]]:
 
     start, _ = month_bounds(timezone.now())
     rows = list(
-        UsageRollup.objects.filter(granularity=Granularity.MINUTE, bucket__gte=start)
+        # all_tenants: the platform overview ranks every tenant (platform pages only)
+        UsageRollup.objects.all_tenants()
+        .filter(granularity=Granularity.MINUTE, bucket__gte=start)
         .values("tenant__slug", "tenant__display_name")
         .annotate(cost=Sum("cost_micros"), without=Sum("cost_without_cache_micros"))
     )

@@ -60,7 +60,9 @@ def test_a_cache_create_refused_by_the_budget_leaves_its_denial_row(
     assert denial.actor_id == str(admin_a.pk)
     from caches.models import CacheObject
 
-    assert not CacheObject.objects.filter(tenant=tenant_a).exists()  # the rest rolled back
+    assert (
+        not CacheObject.objects.all_tenants().filter(tenant=tenant_a).exists()
+    )  # the rest rolled back
     assert _chain_is_contiguous(tenant_a)
 
 

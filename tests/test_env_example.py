@@ -25,6 +25,7 @@ APPS = (
 FOREIGN = {
     "PATH",
     "HOME",
+    "HOSTNAME",
     "CI",
     "DJANGO_SETTINGS_MODULE",
     "PYTEST_XDIST_WORKER",

@@ -250,7 +250,13 @@ def budget_period_recompute(*, period: BudgetPeriod) -> int:
     service account when it has one, plus storage for tenant-wide budgets).
     """
     with transaction.atomic():
-        locked = BudgetPeriod.objects.select_for_update().select_related("budget").get(pk=period.pk)
+        # all_tenants: repricing walks every tenant's budget periods since a date
+        locked = (
+            BudgetPeriod.objects.all_tenants()
+            .select_for_update()
+            .select_related("budget")
+            .get(pk=period.pk)
+        )
         spent = nanos_to_micros(
             tenant_spend_nanos(
                 tenant_id=locked.tenant_id,
@@ -261,7 +267,9 @@ def budget_period_recompute(*, period: BudgetPeriod) -> int:
         )
         delta = spent - locked.spent_micros
         if delta:
-            BudgetPeriod.objects.filter(pk=locked.pk).update(spent_micros=spent)
+            BudgetPeriod.objects.filter(pk=locked.pk, tenant_id=locked.tenant_id).update(
+                spent_micros=spent
+            )
     return delta
 
 
@@ -271,7 +279,8 @@ def _budget_periods_recompute(
     # Drain the usage queue first: a request settled on its budget but not yet flushed
     # would otherwise drop out of the recomputed figure.
     usage_flush()
-    periods = BudgetPeriod.objects.filter(period_end__gt=since)
+    # all_tenants: repricing walks every tenant's budget periods since a date
+    periods = BudgetPeriod.objects.all_tenants().filter(period_end__gt=since)
     if until is not None:
         periods = periods.filter(period_start__lt=until)
     if tenant is not None:

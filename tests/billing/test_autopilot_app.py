@@ -56,7 +56,7 @@ def _profile(cache, *, now, gaps, last_ago: float = 10.0) -> None:
 
 
 def _refreshes(cache) -> list[CacheOperation]:
-    return list(CacheOperation.objects.filter(cache=cache, kind="refresh"))
+    return list(CacheOperation.objects.all_tenants().filter(cache=cache, kind="refresh"))
 
 
 def _near_budget(tenant, actor, *, percent: int) -> None:
@@ -71,7 +71,7 @@ def _near_budget(tenant, actor, *, percent: int) -> None:
     from billing.services.budget_periods import budget_period_ensure
 
     period = budget_period_ensure(budget=budget, at=timezone.now())
-    BudgetPeriod.objects.filter(pk=period.pk).update(spent_micros=percent * DOLLAR)
+    BudgetPeriod.objects.all_tenants().filter(pk=period.pk).update(spent_micros=percent * DOLLAR)
 
 
 def test_the_scheduler_sets_the_expiry_to_the_last_query_plus_the_learned_keep_alive(
@@ -135,7 +135,7 @@ def test_near_a_budget_limit_ttls_shorten_refreshes_stop_and_new_pins_are_refuse
             ttl=timedelta(hours=1),
         )
     assert raised.value.code == "budget_near_limit" and raised.value.http_status == 402
-    assert not BudgetReservation.objects.filter(request_id="cache:new").exists()
+    assert not BudgetReservation.objects.all_tenants().filter(request_id="cache:new").exists()
     assert AuditEvent.objects.filter(action="billing.budget.pin_refused").count() == 1
 
 
@@ -159,7 +159,7 @@ def test_a_hit_flush_teaches_the_profile_and_asks_for_an_extension(
     redis_flush.hincrby(CACHE_HITS_KEY, f"{cache.pk}:count", 2)
     redis_flush.hincrby(CACHE_HITS_KEY, f"{cache.pk}:tokens", 200_000)
     assert cache_hits_flush() == 1
-    profile = TtlProfile.objects.get(content_digest=cache.content_digest)
+    profile = TtlProfile.objects.all_tenants().get(content_digest=cache.content_digest)
     # Two more uses learned (one ~60 s after the last, one 0 s after that one).
     assert len(profile.gaps_seconds) == 7 and profile.queries == 2
     cache.refresh_from_db()
@@ -178,9 +178,11 @@ def test_storage_accrues_for_every_cache_of_a_fleet_larger_than_one_batch(
         for _ in range(5)
     ]
     cache_storage_accrue_recent(now=now, limit=2)
-    charged = set(StorageAccrual.objects.values_list("cache_id", flat=True))
+    charged = set(StorageAccrual.objects.all_tenants().values_list("cache_id", flat=True))
     assert charged == {str(c.pk) for c in caches}
     # Run twice: idempotent, the same figures.
-    before = sorted(StorageAccrual.objects.values_list("cost_nanos", flat=True))
+    before = sorted(StorageAccrual.objects.all_tenants().values_list("cost_nanos", flat=True))
     cache_storage_accrue_recent(now=now, limit=2)
-    assert sorted(StorageAccrual.objects.values_list("cost_nanos", flat=True)) == before
+    assert (
+        sorted(StorageAccrual.objects.all_tenants().values_list("cost_nanos", flat=True)) == before
+    )

@@ -51,7 +51,7 @@ def _budget(actor, tenant, **overrides) -> Budget:
 
 
 def _period(budget: Budget) -> BudgetPeriod:
-    return BudgetPeriod.objects.get(budget=budget)
+    return BudgetPeriod.objects.all_tenants().get(budget=budget)
 
 
 def test_a_reservation_holds_then_settles_at_the_actual_cost(tenant_a, admin_a, actor) -> None:
@@ -208,7 +208,7 @@ def test_each_threshold_alerts_once_per_period(tenant_a, admin_a, actor) -> None
     assert all(a.webhook_state == "none" for a in alerts)  # no webhook configured
     crossed = AuditEvent.objects.filter(action="billing.budget.threshold_crossed")
     assert crossed.count() == 3 and {e.tenant_id for e in crossed} == {tenant_a.pk}
-    assert BudgetAlert.objects.filter(budget=budget).count() == 3
+    assert BudgetAlert.objects.all_tenants().filter(budget=budget).count() == 3
 
 
 def test_a_budget_created_mid_month_starts_from_the_spend_so_far(tenant_a, admin_a, actor) -> None:
@@ -353,12 +353,12 @@ def test_200_concurrent_reservations_against_a_budget_that_fits_50_overspend_by_
         list(pool.map(worker, range(threads)))
     assert errors == []
     assert (len(granted), len(refused)) == (50, 150)
-    period = BudgetPeriod.objects.get(budget=budget)
+    period = BudgetPeriod.objects.all_tenants().get(budget=budget)
     assert period.reserved_micros == period.limit_micros  # exactly full, never over
     for hold in granted:
         budget_settle(reservation=hold, actual_micros=estimate)
     period.refresh_from_db()
     assert (period.spent_micros, period.reserved_micros) == (50 * estimate, 0)
     assert period.spent_micros - period.limit_micros == 0  # overspend: exactly zero
-    assert BudgetAlert.objects.filter(budget=budget).count() == 2
+    assert BudgetAlert.objects.all_tenants().filter(budget=budget).count() == 2
     assert AuditEvent.objects.filter(action="billing.budget.exceeded").count() == 150

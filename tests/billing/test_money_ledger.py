@@ -74,8 +74,8 @@ def test_ten_thousand_five_token_flash_lite_requests_book_exactly_5000_micro_dol
     usage_record_many(messages)
     assert usage_flush(batch_size=5_000).inserted == 10_000
     # Each row: 5 × $0.10/M = 0.5 µ$ = 500 n$; the sum is 5,000,000 n$ = 5,000 µ$.
-    assert UsageRecord.objects.aggregate(n=Sum("cost_nanos"))["n"] == 5_000_000
-    day = UsageRollup.objects.get(tenant=tenant_a, granularity=Granularity.DAY)
+    assert UsageRecord.objects.all_tenants().aggregate(n=Sum("cost_nanos"))["n"] == 5_000_000
+    day = UsageRollup.objects.all_tenants().get(tenant=tenant_a, granularity=Granularity.DAY)
     assert (day.cost_nanos, day.cost_micros) == (5_000_000, 5_000)
     summary = savings_summary(tenant=tenant_a, since=T0, until=T0 + timedelta(hours=1))
     assert summary.spent_micros == 5_000 and summary.unpriced_requests == 0
@@ -107,9 +107,9 @@ def test_thinking_audio_and_a_partial_stream_are_booked_in_full(
         stream=True,
     )
     usage_flush()
-    cost = dict(UsageRecord.objects.values_list("request_id", "cost_micros"))
+    cost = dict(UsageRecord.objects.all_tenants().values_list("request_id", "cost_micros"))
     assert cost == {"think": 23_750, "audio": 6_050, "cut": 2_120}
-    pro = UsageRollup.objects.get(granularity=Granularity.DAY, model="gemini-2.5-pro")
+    pro = UsageRollup.objects.all_tenants().get(granularity=Granularity.DAY, model="gemini-2.5-pro")
     assert (pro.thinking_tokens, pro.error_requests, pro.cost_micros) == (1_800, 1, 25_870)
 
 
@@ -128,7 +128,7 @@ def test_deepseek_is_priced_with_hit_and_miss_rates_and_the_off_peak_window(
     )
     usage_flush()
     # 3,600 × 0.27 + 6,400 × 0.07 + 500 × 1.10 = 1,970 µ$; off-peak 50 % = 985 µ$.
-    cost = dict(UsageRecord.objects.values_list("request_id", "cost_micros"))
+    cost = dict(UsageRecord.objects.all_tenants().values_list("request_id", "cost_micros"))
     assert cost == {"peak": 1_970, "night": 985}
 
 
@@ -140,7 +140,7 @@ def test_a_pool_without_its_own_price_is_charged_at_the_seeded_default(
     default = PoolPrice.objects.get(pool="default")
     _record(tenant_a, "gpu", provider="vllm", model="llama", pool="rack-7", prompt_tokens=46_000)
     usage_flush()
-    row = UsageRecord.objects.get(request_id="gpu")
+    row = UsageRecord.objects.all_tenants().get(request_id="gpu")
     # Seeded default: $2.50/GPU-hour, 4,600 prefill tokens/GPU-s: 46,000 tokens = 10 GPU-s
     # = 10 × 2.5 / 3,600 $ = 6,944.44 µ$ = 6,944,444 n$.
     assert row.pool_price_id == default.pk and row.cost_nanos == 6_944_444
@@ -170,7 +170,7 @@ def test_a_vertex_cache_creation_is_booked_once_as_the_write_of_its_tokens(
             occurred_at=T0,
         )
         usage_flush()
-    row = UsageRecord.objects.get(tenant=tenant_a)
+    row = UsageRecord.objects.all_tenants().get(tenant=tenant_a)
     # 100,000 × $1.25/M = 125,000 µ$; creation saves nothing.
     assert (row.kind, row.cost_micros, row.cost_without_cache_micros) == (
         UsageKind.CACHE_CREATE,
@@ -190,7 +190,10 @@ def test_a_partial_correction_changes_only_what_it_names(price_book, platform_ac
     assert fixed.storage_per_mtok_hour == Decimal("4.50")  # not zeroed
     assert (fixed.long_threshold_tokens, fixed.long_input_per_mtok) == (200_000, Decimal("2.50"))
     event = AuditEvent.objects.filter(action="billing.price.correct").latest("seq")
-    assert set(event.changes) == {"output_per_mtok", "version"}
+    # Rates: only the corrected one moved; the rest is the new version's bookkeeping.
+    rates = {name for name in event.changes if name.endswith(("_per_mtok", "_per_mtok_hour"))}
+    assert rates == {"output_per_mtok"}
+    assert "version" in event.changes
 
 
 def test_a_correction_with_an_unknown_field_is_refused_and_writes_nothing(
@@ -230,7 +233,7 @@ def test_storage_keeps_each_second_at_the_token_count_it_had(tenant_a, price_boo
     storage_accrue(**common, tokens=100_000, start=T0, end=T0 + timedelta(minutes=20))
     # The count grows to 160,000 at 10:20; the beat reports the hour again from 10:00.
     storage_accrue(**common, tokens=160_000, start=T0, end=T0 + timedelta(minutes=60))
-    rows = StorageAccrual.objects.filter(cache_id="c").order_by("covered_from")
+    rows = StorageAccrual.objects.all_tenants().filter(cache_id="c").order_by("covered_from")
     # 100,000 × 4.50 × 1/3 h = 150,000 µ$; 160,000 × 4.50 × 2/3 h = 480,000 µ$
     # (a whole hour at the latest count would be 720,000 µ$: +14 %).
     assert [(r.tokens, r.cost_micros) for r in rows] == [(100_000, 150_000), (160_000, 480_000)]
@@ -282,21 +285,21 @@ def test_reprice_recomputes_ledger_rollups_savings_and_budget_counters(
     result = usage_reprice(actor=platform_actor, since=at - timedelta(hours=1))
     assert result.rows_changed == 7 and result.budget_periods_recomputed == 1
 
-    ledger = UsageRecord.objects.filter(tenant=tenant_a)
+    ledger = UsageRecord.objects.all_tenants().filter(tenant=tenant_a)
     raw_nanos = ledger.aggregate(n=Sum("cost_nanos"))["n"]
     # Each row recomputed from its raw counts at the corrected price, exactly:
     # uncached (1,001 + i) × 1.3 + 9,000 × 0.125 + 333 × 10 µ$.
     expected = sum((1_001 + i) * 1_300 + 9_000 * 125 + 333 * 10_000 for i in range(7))
     assert raw_nanos == expected
     for granularity in (Granularity.MINUTE, Granularity.DAY):
-        rollups = UsageRollup.objects.filter(tenant=tenant_a, granularity=granularity)
+        rollups = UsageRollup.objects.all_tenants().filter(tenant=tenant_a, granularity=granularity)
         assert rollups.aggregate(n=Sum("cost_nanos"))["n"] == raw_nanos
         for rollup in rollups:
             assert rollup.cost_micros == nanos_to_micros(rollup.cost_nanos)
-    storage_nanos = StorageAccrual.objects.aggregate(n=Sum("cost_nanos"))["n"]
+    storage_nanos = StorageAccrual.objects.all_tenants().aggregate(n=Sum("cost_nanos"))["n"]
     # 100,003 × 4.70 = 470,014.1; × 77 s / 3,600 s = 10,053.0794 µ$ → 10,053,079 n$
     assert storage_nanos == 10_053_079
-    period = BudgetPeriod.objects.get(tenant=tenant_a)
+    period = BudgetPeriod.objects.all_tenants().get(tenant=tenant_a)
     assert period.spent_micros == nanos_to_micros(raw_nanos + storage_nanos)
     summary = savings_summary(tenant=tenant_a, since=at - timedelta(hours=1), until=now)
     assert summary.spent_micros == nanos_to_micros(raw_nanos + storage_nanos)

@@ -178,14 +178,18 @@ def test_a_reprice_after_a_price_fix_updates_rows_and_rollups_and_is_audited(
     assert "Repriced 2 of 2 usage rows (delta -4500" in out.getvalue()
     # 12,500 + 90,000 × 0.10 + 10,000 = 31,500 (was 33,750)
     assert set(
-        UsageRecord.objects.filter(tenant=tenant_a).values_list("cost_micros", flat=True)
+        UsageRecord.objects.all_tenants()
+        .filter(tenant=tenant_a)
+        .values_list("cost_micros", flat=True)
     ) == {31_500}
     assert (
         UsageRecord.objects.all_tenants().get(request_id="b-1").cost_micros == 33_750
     )  # other tenant
-    day_a = UsageRollup.objects.get(tenant=tenant_a, granularity=Granularity.DAY)
+    day_a = UsageRollup.objects.all_tenants().get(tenant=tenant_a, granularity=Granularity.DAY)
     assert (day_a.cost_micros, day_a.requests) == (63_000, 2)
-    minutes = UsageRollup.objects.filter(tenant=tenant_a, granularity=Granularity.MINUTE)
+    minutes = UsageRollup.objects.all_tenants().filter(
+        tenant=tenant_a, granularity=Granularity.MINUTE
+    )
     assert sorted(minutes.values_list("cost_micros", flat=True)) == [31_500, 31_500]
     event = AuditEvent.objects.filter(action="billing.usage.reprice").latest("seq")
     assert event.tenant_id == tenant_a.pk and event.details["rows_changed"] == 2

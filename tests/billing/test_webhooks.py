@@ -90,7 +90,7 @@ def _cross_threshold_again(tenant, admin, actor, url: str):
     )
     hold = budget_reserve(tenant=tenant, principal=admin, estimate_micros=0, request_id="r2")
     budget_settle(reservation=hold, actual_micros=200_000)
-    return BudgetAlert.objects.select_related("budget", "period", "tenant").get(
+    return BudgetAlert.objects.all_tenants().select_related("budget", "period", "tenant").get(
         budget=budget
     ), budget.webhook_secret
 

@@ -79,6 +79,8 @@ def test_storage_is_held_accrued_and_settled_when_the_cache_ends(vertex, tenant_
     # Settled with the storage up to the second the cache ended (the seconds between the
     # last beat run and the eviction included), and a later beat run adds nothing.
     cache_storage_accrue_recent()
-    final = sum(a.cost_nanos for a in StorageAccrual.objects.filter(cache_id=str(cache.pk)))
+    final = sum(
+        a.cost_nanos for a in StorageAccrual.objects.all_tenants().filter(cache_id=str(cache.pk))
+    )
     assert hold.state == "settled" and hold.actual_micros == (final + 500) // 1000
     assert hold.actual_micros >= total

@@ -143,7 +143,7 @@ def test_fifty_concurrent_writes_on_one_tenant_never_deadlock_nor_5xx_nor_stick(
                     jobs,
                 )
             )
-        open_ops = CacheOperation.objects.filter(
+        open_ops = CacheOperation.objects.all_tenants().filter(
             tenant=tenant_a, status__in=[OperationStatus.PENDING, OperationStatus.RUNNING]
         )
         waited = wait_for(
@@ -157,7 +157,7 @@ def test_fifty_concurrent_writes_on_one_tenant_never_deadlock_nor_5xx_nor_stick(
     after = _deadlocks()
 
     server_errors = [s for s in statuses if s >= 500]
-    ops = CacheOperation.objects.filter(tenant=tenant_a, created_at__isnull=False)
+    ops = CacheOperation.objects.all_tenants().filter(tenant=tenant_a, created_at__isnull=False)
     slowest = max((op.finished_at - op.created_at).total_seconds() for op in ops)
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("stress*.log"))
     print(
@@ -169,7 +169,17 @@ def test_fifty_concurrent_writes_on_one_tenant_never_deadlock_nor_5xx_nor_stick(
     assert "deadlock detected" not in logs
     assert server_errors == []
     assert slowest <= TERMINAL_BOUND_SECONDS
-    assert not CacheObject.objects.filter(tenant=tenant_a, state__in=TRANSITIONAL).exists()
-    assert CacheObject.objects.filter(tenant=tenant_a, name__startswith="new-").count() == 20
-    assert CacheObject.objects.filter(tenant=tenant_a, state=CacheState.EVICTED).count() == 5
+    assert (
+        not CacheObject.objects.all_tenants()
+        .filter(tenant=tenant_a, state__in=TRANSITIONAL)
+        .exists()
+    )
+    assert (
+        CacheObject.objects.all_tenants().filter(tenant=tenant_a, name__startswith="new-").count()
+        == 20
+    )
+    assert (
+        CacheObject.objects.all_tenants().filter(tenant=tenant_a, state=CacheState.EVICTED).count()
+        == 5
+    )
     assert len(vertex.stored_caches()) == 25  # 10 seeds + 20 new - 5 evicted, no duplicates

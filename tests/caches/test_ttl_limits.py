@@ -37,8 +37,8 @@ def test_a_vertex_cache_under_sixty_seconds_is_refused_before_anything_is_writte
     error = response.json()["error"]
     assert error["code"] == "ttl_below_provider_minimum"
     assert error["details"] == {"minimum": 60, "given": ttl, "provider": "vertex"}
-    assert not CacheObject.objects.exists()
-    assert not CacheOperation.objects.exists()
+    assert not CacheObject.objects.all_tenants().exists()
+    assert not CacheOperation.objects.all_tenants().exists()
     assert AuditEvent.objects.count() == events
 
 
@@ -56,7 +56,7 @@ def test_extending_or_re_policing_a_vertex_cache_under_the_minimum_is_refused(
     api.force_login(admin_a)
     op = api.post(_url(tenant_a), _create_body(600), format="json").json()
     operation_execute(operation_id=op["id"])
-    operations, events = CacheOperation.objects.count(), AuditEvent.objects.count()
+    operations, events = CacheOperation.objects.all_tenants().count(), AuditEvent.objects.count()
     extend = api.post(_url(tenant_a, f"/{op['cache']}/extend"), {"ttl_seconds": 10}, format="json")
     policy = api.post(
         _url(tenant_a, f"/{op['cache']}/policy"),
@@ -66,7 +66,7 @@ def test_extending_or_re_policing_a_vertex_cache_under_the_minimum_is_refused(
     for response in (extend, policy):
         assert response.status_code == 400, response.json()
         assert response.json()["error"]["code"] == "ttl_below_provider_minimum"
-    assert CacheOperation.objects.count() == operations
+    assert CacheOperation.objects.all_tenants().count() == operations
     assert AuditEvent.objects.count() == events
-    cache = CacheObject.objects.get(pk=op["cache"])
+    cache = CacheObject.objects.all_tenants().get(pk=op["cache"])
     assert (cache.ttl_seconds, cache.ttl_policy) == (600, "fixed")

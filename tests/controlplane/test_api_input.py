@@ -30,7 +30,7 @@ def _raw_post(api, tenant, raw: bytes):
 def _assert_refused(response, code: str, events_before: int) -> None:
     assert response.status_code == 400, response.content
     assert response.json()["error"]["code"] == code
-    assert not CacheObject.objects.exists()
+    assert not CacheObject.objects.all_tenants().exists()
     assert AuditEvent.objects.count() == events_before
 
 
@@ -87,7 +87,7 @@ def test_wrong_types_are_400_and_write_nothing(api, tenant_a, admin_a, body) -> 
     response = api.post(_url(tenant_a), body, format="json")
     assert response.status_code == 400, response.content
     assert response.json()["error"]["code"] in {"invalid_input", "invalid_content", "invalid_ttl"}
-    assert not CacheObject.objects.exists()
+    assert not CacheObject.objects.all_tenants().exists()
     assert AuditEvent.objects.count() == events
 
 

@@ -78,7 +78,7 @@ def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser(console) 
     console.select_option("#key-form [name=principal]", label="sa.shop.shop-app")
     console.click("#key-form button[type=submit]")
     secret = console.locator("#new-key").input_value()
-    key = ApiKey.objects.get(name="checkout")
+    key = ApiKey.objects.all_tenants().get(name="checkout")
     assert secret.startswith(key.prefix) and key.principal.username == "sa.shop.shop-app"
     assert secret not in console.locator("#keys-table").inner_text()  # shown once, apart
     console.check()
@@ -89,7 +89,7 @@ def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser(console) 
     console.fill("#budget-form [name=limit_usd]", "50")
     console.click("#budget-form button[type=submit]")
     assert console.locator("#new-secret").input_value()
-    assert Budget.objects.get(name="monthly").limit_micros == 50_000_000
+    assert Budget.objects.all_tenants().get(name="monthly").limit_micros == 50_000_000
     assert console.locator("#rate-limits").count() == 1
     console.check()
 
@@ -101,7 +101,9 @@ def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser(console) 
     console.fill("#cache-form [name=system_instruction]", FAQ + " Today is 2026-01-05.")
     console.click("#cache-form button[name=preview]")
     assert "date" in console.locator("#cache-preview").inner_text().lower()
-    assert not CacheObject.objects.filter(name="faq").exists()  # a preview writes nothing
+    assert (
+        not CacheObject.objects.all_tenants().filter(name="faq").exists()
+    )  # a preview writes nothing
     console.check()
     console.fill("#cache-form [name=system_instruction]", FAQ)
     console.click("#cache-form button[name=create]")
@@ -146,7 +148,7 @@ def test_bad_input_is_shown_next_to_its_field_and_nothing_is_written(console) ->
     console.fill("#budget-form [name=thresholds]", "50, 500")
     console.click("#budget-form button[type=submit]")
     assert console.locator("#budget-form .field-error").count() >= 1
-    assert not Budget.objects.exists()
+    assert not Budget.objects.all_tenants().exists()
 
 
 def test_the_iam_editor_shows_an_etag_conflict_and_saving_again_resolves_it(console) -> None:
@@ -281,7 +283,7 @@ def test_a_viewer_sees_no_forms_and_its_posts_are_refused_and_audited(console) -
     assert AuditEvent.objects.filter(tenant=tenant, outcome="denied").exists()
     from tenants.models import ApiKey
 
-    assert not ApiKey.objects.filter(name="sneaky").exists()
+    assert not ApiKey.objects.all_tenants().filter(name="sneaky").exists()
 
 
 def test_platform_prices_and_workers_are_managed_from_the_browser(console) -> None:
@@ -353,7 +355,7 @@ def test_script_payloads_in_every_free_text_field_never_run(console) -> None:
     bind(admin, "tenant.admin", tenant)
     account = ServiceAccountFactory(tenant=tenant, description=payload)
     issued = keys.api_key_create(actor=actor_for(admin), tenant=tenant, name="k", principal=None)
-    ApiKey.objects.filter(pk=issued.key.pk).update(name=payload)
+    ApiKey.objects.all_tenants().filter(pk=issued.key.pk).update(name=payload)
     Role.objects.create(
         tenant=tenant,
         name="custom.x",

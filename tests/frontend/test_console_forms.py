@@ -76,7 +76,7 @@ def test_a_budget_named_with_markup_is_refused_by_console_and_api_alike(admin_a,
         content_type="application/json",
     )
     assert api.status_code == 400
-    assert not Budget.objects.exists()
+    assert not Budget.objects.all_tenants().exists()
 
 
 def test_a_viewer_posting_a_key_form_is_refused_and_audited(tenant_a) -> None:
@@ -86,5 +86,5 @@ def test_a_viewer_posting_a_key_form_is_refused_and_audited(tenant_a) -> None:
     bind(viewer, "tenant.viewer", tenant_a)
     response = _login(viewer).post(f"/t/{tenant_a.slug}/keys/new", {"name": "x"})
     assert response.status_code == 403
-    assert not ApiKey.objects.exists()
+    assert not ApiKey.objects.all_tenants().exists()
     assert AuditEvent.objects.filter(tenant=tenant_a, outcome="denied").exists()

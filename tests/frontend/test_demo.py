@@ -16,9 +16,9 @@ def _counts() -> tuple[int, ...]:
         Tenant.objects.count(),
         Principal.objects.count(),
         RoleBinding.objects.count(),
-        ApiKey.objects.count(),
-        Budget.objects.count(),
-        CacheObject.objects.count(),
+        ApiKey.objects.all_tenants().count(),
+        Budget.objects.all_tenants().count(),
+        CacheObject.objects.all_tenants().count(),
     )
 
 
@@ -32,8 +32,8 @@ def test_demo_seed_gives_each_demo_tenant_people_a_key_a_budget_and_a_cache(
     for slug in ("acme-legal", "globex-support"):
         tenant = Tenant.objects.get(slug=slug)
         assert RoleBinding.objects.filter(tenant=tenant, role__name="tenant.admin").exists()
-        assert Budget.objects.filter(tenant=tenant).exists()
-        assert CacheObject.objects.filter(tenant=tenant, provider="vertex").exists()
+        assert Budget.objects.all_tenants().filter(tenant=tenant).exists()
+        assert CacheObject.objects.all_tenants().filter(tenant=tenant, provider="vertex").exists()
         assert api_key_authenticate(seed.keys[slug]).tenant.pk == tenant.pk
     assert (tmp_path / "demo-keys.json").stat().st_mode & 0o077 == 0
     first = _counts()

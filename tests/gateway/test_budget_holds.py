@@ -42,7 +42,7 @@ def _period_after_flush(budget):
     from billing.services.budget_reservations import budget_period_live, budget_settlements_flush
 
     budget_settlements_flush()
-    period = BudgetPeriod.objects.get(budget=budget)
+    period = BudgetPeriod.objects.all_tenants().get(budget=budget)
     return period, budget_period_live(period_id=period.pk)
 
 
@@ -200,8 +200,8 @@ def test_settlement_flush_books_once_even_when_a_batch_is_replayed(tenant_keys, 
     again = holds.budget_settlements_flush()
     assert (again.settlements, again.inserted) == (1, 0)
     assert holds.budget_settlements_flush().batches == 0  # run twice: nothing left
-    assert BudgetPeriod.objects.get(budget=budget).spent_micros == 420
-    row = BudgetReservation.objects.get(tenant=acme["tenant"], request_id="gw-a")
+    assert BudgetPeriod.objects.all_tenants().get(budget=budget).spent_micros == 420
+    row = BudgetReservation.objects.all_tenants().get(tenant=acme["tenant"], request_id="gw-a")
     assert (row.state, row.actual_micros, row.amount_micros) == ("settled", 420, 500)
     live = holds.budget_period_live(period_id=periods[0].id)
     assert (live["spent"], live["reserved"]) == (420, 0)
@@ -239,11 +239,13 @@ def test_a_disconnected_stream_is_booked_from_what_was_streamed(
     row = None
     for _ in range(100):  # polling for the record: the gateway notices on its next write
         usage_flush()
-        row = UsageRecord.objects.filter(request_id="cut-stream").first()
+        row = UsageRecord.objects.all_tenants().filter(request_id="cut-stream").first()
         if row is not None:
             break
         time.sleep(0.1)
-    assert row is not None, list(UsageRecord.objects.values_list("request_id", "status"))
+    assert row is not None, list(
+        UsageRecord.objects.all_tenants().values_list("request_id", "status")
+    )
     assert row.status == "client_disconnect"
     assert 0 < row.output_tokens < 600  # what was streamed, not zero and not the cap
     period, live = _period_after_flush(budget)

@@ -271,8 +271,10 @@ def test_usage_is_metered_to_the_ledger(live_server_url, ref_workers, tenant_key
     _chat(client)
     second = _chat(client).parse()
     usage_flush()
-    rows = UsageRecord.objects.filter(tenant=tenant_keys["gw-acme"]["tenant"]).order_by(
-        "occurred_at"
+    rows = (
+        UsageRecord.objects.all_tenants()
+        .filter(tenant=tenant_keys["gw-acme"]["tenant"])
+        .order_by("occurred_at")
     )
     assert rows.count() == 2
     last = rows.last()

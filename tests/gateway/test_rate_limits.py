@@ -111,7 +111,7 @@ def test_rate_limit_api_validates_scopes_and_audits(api, tenant_keys):
         response = api.post(url, body, format="json")
         assert response.status_code == 400, body
         assert response.json()["error"]["code"] in {"invalid_input", "invalid_rate_limit"}
-    assert not RateLimit.objects.exists()
+    assert not RateLimit.objects.all_tenants().exists()
     created = api.post(url, {"requests_per_minute": 60, "weight": 2}, format="json").json()
     assert api.post(url, {"requests_per_minute": 1}, format="json").status_code == 409
     detail = f"{url}/{created['id']}"
