@@ -412,6 +412,9 @@ def test_gateway_traffic_moves_hit_rate_and_spend_live(console, ref_workers, ten
             "kv_blocks_per_gpu": 4096,
         },
     )
+    from gateway import pricing
+
+    pricing.forget()  # the live server's gateway may have cached "no price" from a test before
     acme = tenant_keys["gw-acme"]
     _user("acme-admin", "tenant.admin", acme["tenant"])
     console.login("acme-admin")
@@ -440,6 +443,7 @@ def test_gateway_traffic_moves_hit_rate_and_spend_live(console, ref_workers, ten
     console.wait_until(
         "window.Chart.getChart('hit-chart').data.datasets[2].data.some(p => p.y > 0)"
     )
+    console.reload()  # the spend tile shows what the ledger booked
     console.wait_until("document.getElementById('tile-spent').textContent !== '$0.00'")
     console.check()
 
