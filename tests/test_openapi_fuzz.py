@@ -15,6 +15,7 @@ import re
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis.errors import FlakyStrategyDefinition
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
@@ -131,16 +132,22 @@ def test_stateful_sequences_over_the_whole_api_never_5xx(tenant_a, admin_a, plat
             reached.add((case.operation.label, response.status_code))
             case.validate_response(response, checks=[not_a_server_error])
 
-    Workflow.run(
-        settings=settings(
-            max_examples=STATEFUL_SCENARIOS,
-            stateful_step_count=STATEFUL_STEPS,
-            deadline=None,
-            database=None,
-            derandomize=True,
-            suppress_health_check=list(HealthCheck),
+    try:
+        Workflow.run(
+            settings=settings(
+                max_examples=STATEFUL_SCENARIOS,
+                stateful_step_count=STATEFUL_STEPS,
+                deadline=None,
+                database=None,
+                derandomize=True,
+                suppress_health_check=list(HealthCheck),
+            )
         )
-    )
+    except FlakyStrategyDefinition:
+        # The database is state the generator cannot see (a bundle's object may be gone on
+        # a replay), so Hypothesis may stop with "inconsistent data generation". Every call
+        # it made is in ``seen``; a server error among them still fails below.
+        pass
     assert seen and not [s for s in seen if s >= 500]
     # The sequences reached the views on both kinds of route (not only refusals), and
     # links chained a created object into a later call.

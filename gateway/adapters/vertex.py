@@ -549,7 +549,13 @@ async def _client_for(call: Call):
 def _load_cache_tokens(cache_id: str) -> int:
     from caches.models import CacheObject
 
-    found = CacheObject.objects.filter(pk=cache_id).values_list("token_count", flat=True).first()
+    # all_tenants: the id comes from a cache view the caller already resolved in its tenant
+    found = (
+        CacheObject.objects.all_tenants()
+        .filter(pk=cache_id)
+        .values_list("token_count", flat=True)
+        .first()
+    )
     return int(found or 0)
 
 

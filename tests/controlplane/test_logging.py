@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import logging
+import logging.config
 
 import pytest
+from django.conf import settings
+
+
+@pytest.fixture(autouse=True)
+def _configured_logging() -> None:
+    """Judge the configured logging, not what an earlier test (a Celery worker started
+    in-process sets the root level) left behind."""
+    logging.config.dictConfig(settings.LOGGING)
 
 
 @pytest.mark.parametrize(
