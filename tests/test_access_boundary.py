@@ -113,7 +113,6 @@ def test_console_denials_are_audited_like_api_denials(api, tenant_a, admin_b) ->
     assert ghost[0].details["reason"] == "no_such_tenant"
 
 
-@pytest.mark.django_db
 @pytest.fixture
 def gateway_client(fresh_gateway):
     from gateway.app import app
