@@ -8,8 +8,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
+from controlplane.live import platform_group, publish_now
 from frontend.consumers import PlatformEventsConsumer
-from frontend.events import platform_group, publish_now
 
 #: Well past channels-redis's 5 s BZPOPMIN and redis-py's 5 s default socket timeout,
 #: which together dropped every idle socket after about 5 s.
