@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -230,7 +230,7 @@ class Engine:
         *,
         cache_salt: str | None = None,
         request_id_prefix: str | None = None,
-    ) -> AsyncIterator[tuple[int, RequestOutput]]:
+    ) -> AsyncGenerator[tuple[int, RequestOutput], None]:
         """Run several requests (batched prompts, ``n`` > 1) and yield ``(job index, output)``
         as they arrive; requests still running when the consumer stops are aborted."""
         loop = asyncio.get_running_loop()

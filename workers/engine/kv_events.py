@@ -227,7 +227,7 @@ class ZmqEventPublisher(EventPublisher):
         else:
             self._pub.connect(ep)
             self.endpoint = ep
-        self._replay: zmq.Socket | None = None
+        self._replay: zmq.Socket[bytes] | None = None
         if config.replay_endpoint:
             self._replay = self._ctx.socket(zmq.ROUTER)
             self._replay.setsockopt(zmq.LINGER, 0)

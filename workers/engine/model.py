@@ -184,7 +184,7 @@ class RefModel:
         masks = [self._mask(seq, x.dtype) for seq in seqs]
         for index, layer in enumerate(self.layers):
             h = self._norm(x, layer["attn_norm"])
-            q, k, v = (h @ layer["qkv"]).split((q_dim, kv_dim, kv_dim), dim=-1)
+            q, k, v = torch.split(h @ layer["qkv"], [q_dim, kv_dim, kv_dim], dim=-1)
             q = self._rope(q.view(-1, c.num_heads, c.head_dim), positions)
             k = self._rope(k.view(-1, c.num_kv_heads, c.head_dim), positions)
             v = v.view(-1, c.num_kv_heads, c.head_dim)

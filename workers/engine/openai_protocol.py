@@ -83,7 +83,7 @@ def _get(
 
 
 def resolve_model(body: dict[str, Any], served: tuple[str, ...]) -> str:
-    model = _get(body, "model", str)
+    model: str | None = _get(body, "model", str)
     if model is None:
         return served[0]
     if model not in served:
@@ -216,6 +216,7 @@ def parse_generation(
 ) -> GenerationRequest:
     model = resolve_model(body, served)
     salt = cache_salt_of(body)
+    texts: list[str | None]
     if chat:
         prompts, texts = [chat_prompt(body)], [None]
     else:
