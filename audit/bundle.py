@@ -26,9 +26,14 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from audit.chain import HASHED_FIELDS, canonical_json
+
+if TYPE_CHECKING:
+    from _csv import Reader, Writer
+
+    from _typeshed import SupportsWrite
 
 MANIFEST_KIND = "cacheplane.audit.export"
 MANIFEST_VERSION = 1
@@ -173,11 +178,11 @@ def csv_row(record: dict[str, Any]) -> list[str]:
     return [csv_cell(record.get(column)) for column in CSV_COLUMNS]
 
 
-def csv_writer(stream: TextIO) -> Any:
+def csv_writer(stream: SupportsWrite[str]) -> Writer:
     return csv.writer(stream, lineterminator="\n")
 
 
-def csv_reader(stream: Iterable[str]) -> Any:
+def csv_reader(stream: Iterable[str]) -> Reader:
     return csv.reader(stream)
 
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from axes.backends import AxesStandaloneBackend
 from django.conf import settings
@@ -19,9 +20,11 @@ from django.views.csrf import csrf_failure as django_csrf_failure
 from drf_spectacular.authentication import SessionScheme
 from rest_framework import exceptions
 from rest_framework.authentication import SessionAuthentication
+from rest_framework.request import Request
 
 from audit.services.sessions import csrf_failure_record
 from tenants.actor import Actor
+from tenants.models import Principal
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +50,7 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
 class CsrfAuditedSessionAuthentication(SessionAuthentication):
     """DRF session authentication whose CSRF refusals are audited."""
 
-    def enforce_csrf(self, request) -> None:
+    def enforce_csrf(self, request: Request) -> None:
         try:
             super().enforce_csrf(request)
         except exceptions.PermissionDenied as denied:
@@ -55,7 +58,8 @@ class CsrfAuditedSessionAuthentication(SessionAuthentication):
             raise
 
 
-class LoginThrottleBackend(AxesStandaloneBackend):
+# django-axes ships no type information, so its backend is Any to mypy.
+class LoginThrottleBackend(AxesStandaloneBackend):  # type: ignore[misc]
     """django-axes' lockout check, skipped for calls that carry no request.
 
     Every HTTP login path (the console's LoginView, the admin) passes the request; only
@@ -63,13 +67,26 @@ class LoginThrottleBackend(AxesStandaloneBackend):
     source to throttle. axes itself would raise instead of authenticating them.
     """
 
-    def authenticate(self, request, username=None, password=None, **kwargs):
+    def authenticate(
+        self,
+        request: HttpRequest | None,
+        username: str | None = None,
+        password: str | None = None,
+        **kwargs: Any,
+    ) -> Principal | None:
         if request is None:
             return None
-        return super().authenticate(request, username=username, password=password, **kwargs)
+        principal: Principal | None = super().authenticate(
+            request, username=username, password=password, **kwargs
+        )
+        return principal
 
 
-def login_lockout_response(request, original_response=None, credentials=None) -> HttpResponse:
+def login_lockout_response(
+    request: HttpRequest,
+    original_response: HttpResponse | None = None,
+    credentials: dict[str, Any] | None = None,
+) -> HttpResponse:
     """What a locked-out login gets: 429 with Retry-After (django-axes' lockout callable)."""
     seconds = int(settings.AXES_COOLOFF_TIME.total_seconds())
     minutes = max(1, round(seconds / 60))

@@ -138,7 +138,8 @@ def audit_export_list_platform() -> QuerySet[AuditExport]:
 
 def audit_export_get(*, tenant: Tenant, export_id: str) -> AuditExport:
     """One of the tenant's exports; ExportNotFound for another tenant's or a bad id."""
-    export = audit_export_list(tenant=tenant).filter(pk=_uuid_or_none(export_id)).first()
+    pk = _uuid_or_none(export_id)
+    export = audit_export_list(tenant=tenant).filter(pk=pk).first() if pk is not None else None
     if export is None:
         raise ExportNotFound("No such export.")
     return export
@@ -146,7 +147,8 @@ def audit_export_get(*, tenant: Tenant, export_id: str) -> AuditExport:
 
 def audit_export_get_platform(*, export_id: str) -> AuditExport:
     """One platform export; ExportNotFound otherwise (tenant exports included)."""
-    export = audit_export_list_platform().filter(pk=_uuid_or_none(export_id)).first()
+    pk = _uuid_or_none(export_id)
+    export = audit_export_list_platform().filter(pk=pk).first() if pk is not None else None
     if export is None:
         raise ExportNotFound("No such export.")
     return export
@@ -155,7 +157,10 @@ def audit_export_get_platform(*, export_id: str) -> AuditExport:
 def audit_export_get_unscoped(*, export_id: str) -> AuditExport | None:
     """Any export by id, or None. Unscoped on purpose: only for the export task, whose
     id argument was issued by the service that created the row."""
-    return AuditExport.objects.filter(pk=_uuid_or_none(export_id)).select_related("tenant").first()
+    pk = _uuid_or_none(export_id)
+    if pk is None:
+        return None
+    return AuditExport.objects.filter(pk=pk).select_related("tenant").first()
 
 
 def _uuid_or_none(value: str) -> str | None:
@@ -294,10 +299,10 @@ def audit_digest_chain_verify(chain: str) -> tuple[int, list[str]]:
             problems.append(f"event seq {expected_seq}: the chain is broken (run verify-chain)")
             break
         computed = event_hash(record)
-        digest = heads.get(seq)
-        if digest is not None and computed != digest.head_hash:
+        signed = heads.get(seq)
+        if signed is not None and computed != signed.head_hash:
             problems.append(
-                f"digest #{digest.number} ({digest.hour.isoformat()}): event seq {seq} no "
+                f"digest #{signed.number} ({signed.hour.isoformat()}): event seq {seq} no "
                 "longer has the signed hash: the chain was rewritten after this digest"
             )
         expected_seq, prev_event_hash = seq + 1, computed

@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from audit.bundle import FORMATS, OUTCOMES
 from audit.errors import InvalidExportFilter, InvalidTimeRange
-from audit.models import AuditExport, ExportStatus
+from audit.models import AuditEvent, AuditExport, ExportStatus
 from audit.selectors import audit_event_record
 
 # Format and outcome are plain strings here so that the service answers an unknown one
@@ -28,7 +28,7 @@ class OutcomeField(serializers.CharField):
     pass
 
 
-class AuditEventSearchInput(serializers.Serializer):
+class AuditEventSearchInput(serializers.Serializer[None]):
     action = serializers.CharField(
         required=False, max_length=101, help_text="An action, or a prefix ending in '*'."
     )
@@ -54,7 +54,7 @@ class AuditEventSearchInput(serializers.Serializer):
         return attrs
 
 
-class AuditEventOut(serializers.Serializer):
+class AuditEventOut(serializers.Serializer[AuditEvent]):
     """An audit event as its canonical, hash-covered record (plus its hash)."""
 
     chain = serializers.CharField()
@@ -77,11 +77,11 @@ class AuditEventOut(serializers.Serializer):
     changes = serializers.DictField()
     details = serializers.DictField()
 
-    def to_representation(self, instance: Any) -> dict[str, Any]:
+    def to_representation(self, instance: AuditEvent) -> dict[str, Any]:
         return audit_event_record(instance)
 
 
-class AuditExportCreateInput(serializers.Serializer):
+class AuditExportCreateInput(serializers.Serializer[None]):
     format = ExportFormatField(max_length=16, help_text="jsonl (canonical), csv or ocsf.")
     since = serializers.DateTimeField(required=False, allow_null=True, help_text="Inclusive.")
     until = serializers.DateTimeField(
@@ -105,12 +105,12 @@ class PlatformAuditExportCreateInput(AuditExportCreateInput):
     )
 
 
-class AuditExportErrorOut(serializers.Serializer):
+class AuditExportErrorOut(serializers.Serializer[dict[str, str]]):
     code = serializers.CharField()
     message = serializers.CharField()
 
 
-class AuditExportOut(serializers.ModelSerializer):
+class AuditExportOut(serializers.ModelSerializer[AuditExport]):
     format = ExportFormatField()
     # A plain string in the schema: an enum component named "StatusEnum" would collide
     # with other apps' status fields.
@@ -151,7 +151,10 @@ class AuditExportOut(serializers.ModelSerializer):
         return "tenant" if export.tenant_id else "platform"
 
     def get_tenant(self, export: AuditExport) -> str | None:
-        return export.tenant.slug if export.tenant_id else export.filters.get("tenant_slug")
+        if export.tenant is not None:
+            return export.tenant.slug
+        slug: str | None = export.filters.get("tenant_slug")
+        return slug
 
     def get_progress(self, export: AuditExport) -> float:
         if export.status == ExportStatus.SUCCEEDED:
@@ -169,7 +172,7 @@ class AuditExportOut(serializers.ModelSerializer):
     def get_download_url(self, export: AuditExport) -> str | None:
         if export.status != ExportStatus.SUCCEEDED:
             return None
-        if export.tenant_id:
+        if export.tenant is not None:
             return reverse(
                 "tenant-audit-export-download",
                 kwargs={"tenant": export.tenant.slug, "pk": str(export.pk)},
@@ -185,7 +188,7 @@ class AuditExportDetailOut(AuditExportOut):
         read_only_fields = fields
 
 
-class SigningKeyOut(serializers.Serializer):
+class SigningKeyOut(serializers.Serializer[dict[str, Any]]):
     kid = serializers.CharField()
     algorithm = serializers.CharField()
     public_key = serializers.CharField(help_text="PEM (SubjectPublicKeyInfo).")
@@ -195,5 +198,5 @@ class SigningKeyOut(serializers.Serializer):
     active = serializers.BooleanField()
 
 
-class SigningKeySetOut(serializers.Serializer):
+class SigningKeySetOut(serializers.Serializer[dict[str, Any]]):
     keys = SigningKeyOut(many=True)

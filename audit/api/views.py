@@ -9,7 +9,9 @@ an offline verifier must be able to fetch them without credentials.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from django.db.models import QuerySet
 from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -17,6 +19,7 @@ from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import AllowAny
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -24,9 +27,9 @@ from rest_framework.views import APIView
 from audit import selectors
 from audit.api import serializers as s
 from audit.errors import UnknownTenant
-from audit.models import AuditExport
+from audit.models import AuditEvent, AuditExport
 from audit.services.exports import ExportRequest, audit_export_create, audit_export_download
-from controlplane.api.tenancy import PlatformMixin, TenantScopedMixin
+from controlplane.api.tenancy import ActionPermissionMixin, PlatformMixin, TenantScopedMixin
 from controlplane.api.validation import validated
 from tenants.models import Tenant
 
@@ -63,7 +66,7 @@ class _ByCreated(CursorPagination):
 
 
 @extend_schema(tags=["audit"])
-class TenantAuditEventViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+class TenantAuditEventViewSet(TenantScopedMixin, viewsets.GenericViewSet[AuditEvent]):
     """The tenant's audit events, newest first, filtered like an export."""
 
     audit_entity = "audit.event"
@@ -77,27 +80,31 @@ class TenantAuditEventViewSet(TenantScopedMixin, viewsets.GenericViewSet):
         query.is_valid(raise_exception=True)
         events = selectors.audit_event_search(tenant=self.tenant, **query.validated_data)
         page = self.paginate_queryset(events)
-        return self.get_paginated_response(s.AuditEventOut(page, many=True).data)
+        # The stubs type a plain Serializer's instance as one object, even with many=True.
+        out = s.AuditEventOut(page, many=True)  # type: ignore[arg-type]
+        return self.get_paginated_response(out.data)
 
 
-class _ExportViewMixin:
+class _ExportViewMixin(ActionPermissionMixin, viewsets.GenericViewSet[AuditExport]):
     """Shared by the tenant and platform export views."""
 
     audit_entity = "audit.export"
     serializer_class = s.AuditExportOut
     pagination_class = _ByCreated
 
-    def perform_content_negotiation(self, request: Request, force: bool = False):
+    def perform_content_negotiation(
+        self, request: Request, force: bool = False
+    ) -> tuple[BaseRenderer, str]:
         # A client asking for application/zip must still get JSON errors, never a 406
         # before the view could say why.
-        return super().perform_content_negotiation(request, force=True)  # type: ignore[misc]
+        return super().perform_content_negotiation(request, force=True)
 
-    def _list(self, exports) -> Response:
-        page = self.paginate_queryset(exports)  # type: ignore[attr-defined]
-        return self.get_paginated_response(s.AuditExportOut(page, many=True).data)  # type: ignore[attr-defined]
+    def _list(self, exports: QuerySet[AuditExport]) -> Response:
+        page = self.paginate_queryset(exports)
+        return self.get_paginated_response(s.AuditExportOut(page, many=True).data)
 
     def _download(self, export: AuditExport) -> FileResponse:
-        path: Path = audit_export_download(export=export, actor=self.actor())  # type: ignore[attr-defined]
+        path: Path = audit_export_download(export=export, actor=self.actor())
         response = FileResponse(
             path.open("rb"),
             as_attachment=True,
@@ -109,7 +116,7 @@ class _ExportViewMixin:
         return response
 
 
-def _request(data: dict) -> ExportRequest:
+def _request(data: dict[str, Any]) -> ExportRequest:
     return ExportRequest(
         format=data["format"],
         since=data.get("since"),
@@ -121,7 +128,9 @@ def _request(data: dict) -> ExportRequest:
 
 
 @extend_schema(tags=["audit"])
-class TenantAuditExportViewSet(_ExportViewMixin, TenantScopedMixin, viewsets.GenericViewSet):
+class TenantAuditExportViewSet(
+    _ExportViewMixin, TenantScopedMixin, viewsets.GenericViewSet[AuditExport]
+):
     """Exports of the tenant's audit chain: requested, processed in the background,
     downloaded as a signed bundle by any holder of ``audit.export`` at the tenant."""
 
@@ -162,7 +171,9 @@ class TenantAuditExportViewSet(_ExportViewMixin, TenantScopedMixin, viewsets.Gen
 
 
 @extend_schema(tags=["platform"])
-class PlatformAuditExportViewSet(_ExportViewMixin, PlatformMixin, viewsets.GenericViewSet):
+class PlatformAuditExportViewSet(
+    _ExportViewMixin, PlatformMixin, viewsets.GenericViewSet[AuditExport]
+):
     """Platform exports: every chain (tenants and platform), or one tenant's."""
 
     action_permissions = {

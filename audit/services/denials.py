@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connection, connections, transaction
 
@@ -50,7 +51,7 @@ DENIAL_WAIT_SECONDS = 1.0
 # append runs on a thread of its own: an append may wait (on purpose) until the caller's
 # transaction ends, and must never hold up the reads or another caller's append.
 _reader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="audit-denial-read")
-_pending: set[Future] = set()
+_pending: set[Future[Any]] = set()
 _pending_lock = threading.Lock()
 
 
@@ -118,9 +119,12 @@ def _head_seq(chain: str) -> int | None:
     return AuditChainHead.objects.filter(chain=chain).values_list("seq", flat=True).first()
 
 
-def _spawn(fn, *args) -> Future:
+_T = TypeVar("_T")
+
+
+def _spawn(fn: Callable[..., _T], *args: object) -> Future[_T]:
     """Run ``fn`` on a new daemon thread (its own connection); track it until done."""
-    future: Future = Future()
+    future: Future[_T] = Future()
 
     def run() -> None:
         try:
@@ -135,12 +139,12 @@ def _spawn(fn, *args) -> Future:
     return future
 
 
-def _forget(future: Future) -> None:
+def _forget(future: Future[Any]) -> None:
     with _pending_lock:
         _pending.discard(future)
 
 
-def _on_own_connection(fn, *args):
+def _on_own_connection(fn: Callable[..., _T], *args: object) -> _T:
     # A worker thread has its own Django connection; close it so none leaks.
     try:
         return fn(*args)

@@ -169,7 +169,7 @@ def audit_export_create(
 def _same_request_or_raise(
     original: AuditExport, request: ExportRequest, stored: dict[str, Any]
 ) -> None:
-    compared = ("since", "actor", "action", "outcome", "tenant_id")
+    compared: tuple[str, ...] = ("since", "actor", "action", "outcome", "tenant_id")
     if request.until is not None:
         compared += ("until",)
     if original.format != request.format or any(

@@ -79,13 +79,14 @@ def _check_digests(
         if problem:
             report.add("digest", f"{label}: {problem}", chain if isinstance(chain, str) else None)
             continue
-        anchors.setdefault(chain, {})[digest["head_seq"]] = (digest["head_hash"], label)
+        if isinstance(chain, str):  # a chain-less key would match no chain's entries anyway
+            anchors.setdefault(chain, {})[digest["head_seq"]] = (digest["head_hash"], label)
         head = digest["head_seq"]
         report.checks.append(f"chain {chain}: {label} signature valid, head seq {head}")
-    for chain, number, _ in sorted(referenced - found, key=str):
-        report.add("digest", f"digest #{number} named by the manifest is missing", chain)
-    for chain, number, _ in sorted(found - referenced, key=str):
-        report.add("digest", f"digest #{number} is not named by the manifest", chain)
+    for ref_chain, ref_number, _ in sorted(referenced - found, key=str):
+        report.add("digest", f"digest #{ref_number} named by the manifest is missing", ref_chain)
+    for ref_chain, ref_number, _ in sorted(found - referenced, key=str):
+        report.add("digest", f"digest #{ref_number} is not named by the manifest", ref_chain)
     return anchors
 
 
@@ -253,7 +254,7 @@ def _verify_open_bundle(path: Path, bundle: Bundle, keys: KeySet) -> Report:
     _check_totals(report, manifest)
     fmt = manifest.get("format")
     view = VIEW_FILES.get(fmt) if isinstance(fmt, str) else None
-    if view is not None and {view, EVENTS_FILE} <= set(bundle.names()):
+    if view is not None and isinstance(fmt, str) and {view, EVENTS_FILE} <= set(bundle.names()):
         if any(f.kind in _RECORD_KINDS for f in report.findings):
             report.checks.append(f"{view}: not compared, the canonical file is damaged")
         else:

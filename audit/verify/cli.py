@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING
 
 from audit.errors import (
     PublicKeyInvalid,
@@ -15,6 +15,9 @@ from audit.errors import (
 )
 from audit.signing import KeyFormatError, KeySet, keyset_parse
 from audit.verify.checks import verify_bundle
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 EXIT_INTACT = 0
 EXIT_TAMPERED = 1
@@ -49,7 +52,14 @@ def load_keys(path: str | None) -> KeySet:
         raise PublicKeyInvalid(f"{path}: {exc}") from None
 
 
-def run(path: str, public_key: str | None, *, as_json: bool, out: TextIO, err: TextIO) -> int:
+def run(
+    path: str,
+    public_key: str | None,
+    *,
+    as_json: bool,
+    out: SupportsWrite[str],
+    err: SupportsWrite[str],
+) -> int:
     """Verify and print; return the exit status (0 intact, 1 tampered, 2 error)."""
     try:
         keys = load_keys(public_key)

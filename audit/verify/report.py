@@ -43,7 +43,9 @@ class Report:
     def intact(self) -> bool:
         return not self.findings
 
-    def add(self, kind: str, message: str, chain: str | None = None, seq: int | None = None):
+    def add(
+        self, kind: str, message: str, chain: str | None = None, seq: int | None = None
+    ) -> None:
         self.findings.append(Finding(kind, message, chain, seq))
 
     def as_json(self) -> dict[str, Any]:

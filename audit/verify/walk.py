@@ -41,8 +41,8 @@ class _ChainWalk:
     signed_records: Any
     signed_withheld: Any
     seen: bytearray = field(default_factory=bytearray)
-    order: array = field(default_factory=lambda: array("q"))
-    lines: array = field(default_factory=lambda: array("q"))
+    order: array[int] = field(default_factory=lambda: array("q"))
+    lines: array[int] = field(default_factory=lambda: array("q"))
     duplicates: list[tuple[int, int]] = field(default_factory=list)
     prev_seq: int | None = None
     prev_hash: str | None = None
@@ -182,7 +182,9 @@ class EventsCheck:
         walk.lines.append(number)
         return True
 
-    def _content(self, walk: _ChainWalk, number: int, entry: dict[str, Any], withheld: bool):
+    def _content(
+        self, walk: _ChainWalk, number: int, entry: dict[str, Any], withheld: bool
+    ) -> bool:
         """Shape, hash and scope of one entry; True when its content is consistent."""
         seq = entry["seq"]
         keys = set(entry)
@@ -209,7 +211,7 @@ class EventsCheck:
             return False
         return True
 
-    def _anchors(self, walk: _ChainWalk, seq: int, entry: dict[str, Any], withheld: bool):
+    def _anchors(self, walk: _ChainWalk, seq: int, entry: dict[str, Any], withheld: bool) -> None:
         """The signed first/last anchors and any digest head at this sequence."""
         what = "an altered withheld entry" if withheld else "replaced and re-hashed"
         if seq == walk.first and entry.get("prev_hash") != walk.first_prev_hash:
@@ -346,7 +348,7 @@ def _gaps(walk: _ChainWalk) -> Iterator[tuple[int, int]]:
         offset = end
 
 
-def _longest_increasing(values: array) -> set[int] | range:
+def _longest_increasing(values: array[int]) -> set[int] | range:
     """Positions of one longest strictly increasing subsequence (patience sorting)."""
     if all(values[i] < values[i + 1] for i in range(len(values) - 1)):
         return range(len(values))  # the common case, in one pass

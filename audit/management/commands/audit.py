@@ -83,7 +83,7 @@ class Command(BaseCommand):
 
     # --- verify (offline) -----------------------------------------------------------------
 
-    def _verify_bundle(self, options: dict) -> None:
+    def _verify_bundle(self, options: dict[str, Any]) -> None:
         status = verify.run(
             options["path"],
             options.get("public_key"),
@@ -99,7 +99,7 @@ class Command(BaseCommand):
 
     # --- verify-chain ---------------------------------------------------------------------
 
-    def _chains(self, options: dict, all_chains: list[str]) -> list[str]:
+    def _chains(self, options: dict[str, Any], all_chains: list[str]) -> list[str]:
         if options.get("tenant"):
             tenant = Tenant.objects.filter(slug=options["tenant"]).first()
             if tenant is None:
@@ -109,7 +109,7 @@ class Command(BaseCommand):
             return [PLATFORM_CHAIN]
         return all_chains
 
-    def _verify(self, options: dict) -> None:
+    def _verify(self, options: dict[str, Any]) -> None:
         chains = self._chains(options, selectors.audit_chain_names_all_tenants())
         broken = 0
         for chain in chains:
@@ -123,7 +123,7 @@ class Command(BaseCommand):
             raise CommandError(f"{broken} chain(s) broken")
         self.stdout.write(f"All {len(chains)} chain(s) intact.")
 
-    def _verify_digests(self, options: dict) -> None:
+    def _verify_digests(self, options: dict[str, Any]) -> None:
         chains = self._chains(options, selectors.audit_digest_chain_names_all_tenants())
         broken = 0
         for chain in chains:
@@ -140,7 +140,7 @@ class Command(BaseCommand):
 
     # --- export ---------------------------------------------------------------------------
 
-    def _export(self, options: dict) -> None:
+    def _export(self, options: dict[str, Any]) -> None:
         from audit.services.exports import ExportRequest, audit_export_create, audit_export_run
 
         tenant = None
@@ -191,7 +191,7 @@ class Command(BaseCommand):
         skipped = len(chains) - len(made)
         self.stdout.write(f"{len(made)} digest(s) made; {skipped} chain(s) skipped.")
 
-    def _signing_keys(self, options: dict) -> None:
+    def _signing_keys(self, options: dict[str, Any]) -> None:
         keys = [
             {
                 "kid": key.kid,
