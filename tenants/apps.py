@@ -1,8 +1,10 @@
+from typing import Any
+
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
 
-def _sync_roles(sender, **kwargs) -> None:
+def _sync_roles(sender: AppConfig, **kwargs: Any) -> None:
     from tenants.services.bootstrap import predefined_roles_sync
 
     predefined_roles_sync()

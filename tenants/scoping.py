@@ -20,10 +20,13 @@ historical models and are not affected either.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, Self, TypeVar
 
 from django.db import models
 from django.db.models.expressions import Col
+
+_M = TypeVar("_M", bound=models.Model)
 
 
 class TenantScopeRequired(RuntimeError):
@@ -48,7 +51,7 @@ def is_tenant_owned(model: type[models.Model] | None) -> bool:
     return isinstance(manager, TenantScopedManager)
 
 
-def _columns(node: Any):
+def _columns(node: Any) -> Iterator[Col]:
     """Every column a WHERE tree refers to (through lookups, transforms, functions)."""
     if isinstance(node, Col):
         yield node
@@ -78,22 +81,23 @@ def _names_a_tenant(query: Any) -> bool:
     return False
 
 
-class TenantScopedQuerySet(models.QuerySet):
+class TenantScopedQuerySet(models.QuerySet[_M]):
     """A queryset that refuses to run unscoped; see the module docstring."""
 
     _all_tenants = False
 
-    def all_tenants(self) -> TenantScopedQuerySet:
+    def all_tenants(self) -> Self:
         """ESCAPE HATCH: a query that spans tenants on purpose (platform code only).
 
         Every call site carries a comment saying why it may read across tenants.
         """
-        clone = self._chain()
+        clone = self.all()  # a copy, as QuerySet._chain() makes it
         clone._all_tenants = True
         return clone
 
-    def _clone(self):
-        clone = super()._clone()
+    def _clone(self) -> Self:
+        # QuerySet._clone is private Django API that django-stubs does not declare.
+        clone: Self = super()._clone()  # type: ignore[misc]
         clone._all_tenants = self._all_tenants
         return clone
 
@@ -114,9 +118,9 @@ class TenantScopedQuerySet(models.QuerySet):
             self._require_scope()
         super()._fetch_all()
 
-    def iterator(self, *args, **kwargs):
+    def iterator(self, chunk_size: int | None = None) -> Iterator[_M]:
         self._require_scope()
-        return super().iterator(*args, **kwargs)
+        return super().iterator(chunk_size)
 
     def count(self) -> int:
         if self._result_cache is None:
@@ -128,22 +132,29 @@ class TenantScopedQuerySet(models.QuerySet):
             self._require_scope()
         return super().exists()
 
-    def aggregate(self, *args, **kwargs):
+    def aggregate(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         self._require_scope()
         return super().aggregate(*args, **kwargs)
 
-    def update(self, **kwargs) -> int:
+    def update(self, **kwargs: Any) -> int:
         self._require_scope()
         return super().update(**kwargs)
 
-    def delete(self):
+    def delete(self) -> tuple[int, dict[str, int]]:
         self._require_scope()
         return super().delete()
 
-    def in_bulk(self, *args, **kwargs):
+    def in_bulk(
+        self, id_list: Iterable[Any] | None = None, *, field_name: str = "pk"
+    ) -> dict[Any, _M]:
         self._require_scope()
-        return super().in_bulk(*args, **kwargs)
+        return super().in_bulk(id_list, field_name=field_name)
 
 
-class TenantScopedManager(models.Manager.from_queryset(TenantScopedQuerySet)):  # type: ignore[misc]
+# Assigned to a name first: the django-stubs plugin types `X = Manager.from_queryset(QS)`
+# (a manager whose methods return TenantScopedQuerySet), not a call inside a class base.
+_TenantScopedManagerBase = models.Manager.from_queryset(TenantScopedQuerySet)
+
+
+class TenantScopedManager(_TenantScopedManagerBase[_M]):
     """Default manager of tenant-owned models: queries must name a tenant."""

@@ -21,6 +21,8 @@ def tenant_list_visible(*, principal: Principal) -> QuerySet[Tenant]:
     if bindings.filter(tenant__isnull=True).exists():
         return Tenant.objects.all()
     if principal.is_service_account:
+        if principal.tenant_id is None:
+            return Tenant.objects.none()  # what filter(pk=None) matched: no tenant
         return Tenant.objects.filter(pk=principal.tenant_id)
     return Tenant.objects.filter(pk__in=bindings.values("tenant_id"))
 

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.dispatch import receiver
+from django.http import HttpRequest
 
 from audit.models import Outcome
 from audit.services import audit_record
 from tenants.actor import Actor, AuthMethod, client_ip
+from tenants.models import Principal
 
 
 @receiver(user_logged_in)
-def _audit_login(sender, request, user, **kwargs) -> None:
+def _audit_login(sender: object, request: HttpRequest, user: Principal, **kwargs: Any) -> None:
     audit_record(
         actor=Actor.from_request(request, principal=user),
         action="tenants.session.login",
@@ -22,7 +26,12 @@ def _audit_login(sender, request, user, **kwargs) -> None:
 
 
 @receiver(user_login_failed)
-def _audit_login_failed(sender, credentials, request=None, **kwargs) -> None:
+def _audit_login_failed(
+    sender: object,
+    credentials: dict[str, Any],
+    request: HttpRequest | None = None,
+    **kwargs: Any,
+) -> None:
     actor = Actor(
         principal=None,
         auth_method=AuthMethod.SESSION,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from controlplane.display_text import display_text_validator
 from tenants.models import SLUG_VALIDATOR, ApiKey, Principal, Role, RoleBinding, Tenant
 
 
-class TenantOut(serializers.ModelSerializer):
+class TenantOut(serializers.ModelSerializer[Tenant]):
     class Meta:
         model = Tenant
         fields = [
@@ -24,7 +26,7 @@ class TenantOut(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class TenantCreateInput(serializers.Serializer):
+class TenantCreateInput(serializers.Serializer[None]):
     slug = serializers.CharField(max_length=40, validators=[SLUG_VALIDATOR])
     display_name = serializers.CharField(max_length=200, validators=[display_text_validator])
     admin = serializers.UUIDField(
@@ -32,24 +34,24 @@ class TenantCreateInput(serializers.Serializer):
     )
 
 
-class TenantUpdateInput(serializers.Serializer):
+class TenantUpdateInput(serializers.Serializer[None]):
     display_name = serializers.CharField(max_length=200, validators=[display_text_validator])
 
 
-class TenantStateInput(serializers.Serializer):
+class TenantStateInput(serializers.Serializer[None]):
     reason = serializers.CharField(
         max_length=500, required=False, allow_blank=True, validators=[display_text_validator]
     )
 
 
-class PrincipalOut(serializers.ModelSerializer):
+class PrincipalOut(serializers.ModelSerializer[Principal]):
     class Meta:
         model = Principal
         fields = ["id", "username", "kind", "tenant", "description", "is_active", "date_joined"]
         read_only_fields = fields
 
 
-class HumanCreateInput(serializers.Serializer):
+class HumanCreateInput(serializers.Serializer[None]):
     username = serializers.RegexField(r"^[A-Za-z0-9@.+_-]{3,150}$", max_length=150)
     email = serializers.EmailField(required=False, allow_blank=True)
     password = serializers.CharField(
@@ -61,14 +63,14 @@ class HumanCreateInput(serializers.Serializer):
     )
 
 
-class ServiceAccountCreateInput(serializers.Serializer):
+class ServiceAccountCreateInput(serializers.Serializer[None]):
     name = serializers.CharField(max_length=40, validators=[display_text_validator])
     description = serializers.CharField(
         max_length=500, required=False, allow_blank=True, validators=[display_text_validator]
     )
 
 
-class RoleOut(serializers.ModelSerializer):
+class RoleOut(serializers.ModelSerializer[Role]):
     custom = serializers.SerializerMethodField()
 
     class Meta:
@@ -80,7 +82,7 @@ class RoleOut(serializers.ModelSerializer):
         return role.tenant_id is not None
 
 
-class RoleCreateInput(serializers.Serializer):
+class RoleCreateInput(serializers.Serializer[None]):
     name = serializers.RegexField(r"^[a-zA-Z][a-zA-Z0-9_.-]{2,63}$", max_length=64)
     title = serializers.CharField(max_length=200, validators=[display_text_validator])
     description = serializers.CharField(
@@ -91,7 +93,7 @@ class RoleCreateInput(serializers.Serializer):
     )
 
 
-class BindingOut(serializers.ModelSerializer):
+class BindingOut(serializers.ModelSerializer[RoleBinding]):
     role = serializers.CharField(source="role.name")
     principal = serializers.UUIDField(source="principal_id")
     principal_name = serializers.CharField(source="principal.username")
@@ -102,34 +104,35 @@ class BindingOut(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class PolicyOut(serializers.Serializer):
+class PolicyOut(serializers.Serializer[dict[str, Any]]):
     etag = serializers.CharField()
     version = serializers.IntegerField()
     bindings = BindingOut(many=True)
 
 
-class BindingInput(serializers.Serializer):
+class BindingInput(serializers.Serializer[None]):
     role = serializers.CharField(max_length=64)
     principal = serializers.UUIDField()
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
 
 
-class PolicySetInput(serializers.Serializer):
+class PolicySetInput(serializers.Serializer[None]):
     etag = serializers.CharField(max_length=100)
-    bindings = BindingInput(many=True, max_length=1000)
+    # many=True makes a ListSerializer, which takes max_length; the stubs' __init__ lacks it.
+    bindings = BindingInput(many=True, max_length=1000)  # type: ignore[call-arg]
 
 
-class PermissionsTestInput(serializers.Serializer):
+class PermissionsTestInput(serializers.Serializer[None]):
     permissions = serializers.ListField(
         child=serializers.CharField(max_length=64), min_length=1, max_length=100
     )
 
 
-class PermissionsTestOut(serializers.Serializer):
+class PermissionsTestOut(serializers.Serializer[dict[str, Any]]):
     permissions = serializers.ListField(child=serializers.CharField())
 
 
-class ApiKeyOut(serializers.ModelSerializer):
+class ApiKeyOut(serializers.ModelSerializer[ApiKey]):
     principal_name = serializers.CharField(source="principal.username")
 
     class Meta:
@@ -148,7 +151,7 @@ class ApiKeyOut(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ApiKeyCreateInput(serializers.Serializer):
+class ApiKeyCreateInput(serializers.Serializer[None]):
     name = serializers.CharField(max_length=100, validators=[display_text_validator])
     principal = serializers.UUIDField(
         required=False,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -14,7 +17,8 @@ from controlplane.api.validation import validated
 from controlplane.errors import NotFound
 from tenants import selectors
 from tenants.api import serializers as s
-from tenants.models import Principal, TenantState
+from tenants.errors import UnknownPrincipal
+from tenants.models import ApiKey, Principal, Role, Tenant, TenantState
 from tenants.services import iam, keys
 from tenants.services import tenants as tenant_services
 
@@ -41,7 +45,7 @@ class _BySlug(_ByName):
 
 
 @extend_schema(tags=["platform"])
-class PlatformTenantViewSet(PlatformMixin, viewsets.GenericViewSet):
+class PlatformTenantViewSet(PlatformMixin, viewsets.GenericViewSet[Tenant]):
     """Tenants as seen by platform operators."""
 
     audit_entity = "tenants.tenant"
@@ -58,7 +62,7 @@ class PlatformTenantViewSet(PlatformMixin, viewsets.GenericViewSet):
     serializer_class = s.TenantOut
     pagination_class = _BySlug
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Tenant]:
         return selectors.tenant_list_all_tenants()
 
     def list(self, request: Request) -> Response:
@@ -75,7 +79,7 @@ class PlatformTenantViewSet(PlatformMixin, viewsets.GenericViewSet):
         if data.get("admin"):
             admin = Principal.objects.filter(pk=data["admin"], is_active=True).first()
             if admin is None:
-                raise iam.UnknownPrincipal(f"Unknown principal {data['admin']}.")
+                raise UnknownPrincipal(f"Unknown principal {data['admin']}.")
         tenant = tenant_services.tenant_create(
             actor=self.actor(), slug=data["slug"], display_name=data["display_name"], admin=admin
         )
@@ -111,7 +115,7 @@ class PlatformTenantViewSet(PlatformMixin, viewsets.GenericViewSet):
 
 
 @extend_schema(tags=["platform"])
-class PlatformPrincipalViewSet(PlatformMixin, viewsets.GenericViewSet):
+class PlatformPrincipalViewSet(PlatformMixin, viewsets.GenericViewSet[Principal]):
     """Human principals (platform identities, bound to tenants through policies)."""
 
     audit_entity = "tenants.principal"
@@ -119,7 +123,7 @@ class PlatformPrincipalViewSet(PlatformMixin, viewsets.GenericViewSet):
     serializer_class = s.PrincipalOut
     pagination_class = _ByDateJoined
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Principal]:
         return selectors.principal_list_humans_all_tenants()
 
     def list(self, request: Request) -> Response:
@@ -142,7 +146,7 @@ class PlatformPrincipalViewSet(PlatformMixin, viewsets.GenericViewSet):
 
 
 @extend_schema(tags=["tenants"])
-class TenantSelfViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+class TenantSelfViewSet(TenantScopedMixin, viewsets.GenericViewSet[Tenant]):
     """The tenant itself, as its members see it."""
 
     audit_entity = "tenants.tenant"
@@ -160,7 +164,8 @@ class TenantSelfViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
 
 @extend_schema(tags=["iam"])
-class PolicyViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+# No model behind it (a policy is one document over the bindings), hence Any.
+class PolicyViewSet(TenantScopedMixin, viewsets.GenericViewSet[Any]):
     """The tenant's IAM policy, read and replaced as a whole under an etag."""
 
     audit_entity = "tenants.policy"
@@ -196,14 +201,14 @@ class PolicyViewSet(TenantScopedMixin, viewsets.GenericViewSet):
         return Response({"permissions": held})
 
 
-def _policy_out(policy: iam.Policy) -> dict:
+def _policy_out(policy: iam.Policy) -> dict[str, Any]:
     return s.PolicyOut(
         {"etag": policy.etag, "version": policy.version, "bindings": policy.bindings}
     ).data
 
 
 @extend_schema(tags=["iam"])
-class RoleViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+class RoleViewSet(TenantScopedMixin, viewsets.GenericViewSet[Role]):
     """Roles bindable at this tenant; custom roles can be added."""
 
     audit_entity = "tenants.role"
@@ -211,7 +216,7 @@ class RoleViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     serializer_class = s.RoleOut
     pagination_class = _ByName
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Role]:
         return selectors.role_list(tenant=self.tenant)
 
     def list(self, request: Request, tenant: str) -> Response:
@@ -233,7 +238,7 @@ class RoleViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
 
 @extend_schema(tags=["iam"])
-class ServiceAccountViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+class ServiceAccountViewSet(TenantScopedMixin, viewsets.GenericViewSet[Principal]):
     """Service accounts of this tenant (API keys only)."""
 
     audit_entity = "tenants.service_account"
@@ -241,7 +246,7 @@ class ServiceAccountViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     serializer_class = s.PrincipalOut
     pagination_class = _ByDateJoined
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Principal]:
         return selectors.service_account_list(tenant=self.tenant)
 
     def list(self, request: Request, tenant: str) -> Response:
@@ -261,14 +266,14 @@ class ServiceAccountViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
 
 @extend_schema(tags=["iam"])
-class ApiKeyViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+class ApiKeyViewSet(TenantScopedMixin, viewsets.GenericViewSet[ApiKey]):
     """API keys of this tenant: listed without secrets, created once, revoked."""
 
     audit_entity = "tenants.api_key"
     action_permissions = {"list": "iam.get", "create": "keys.create", "revoke": "keys.revoke"}
     serializer_class = s.ApiKeyOut
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[ApiKey]:
         return selectors.api_key_list(tenant=self.tenant)
 
     def list(self, request: Request, tenant: str) -> Response:
@@ -286,7 +291,7 @@ class ApiKeyViewSet(TenantScopedMixin, viewsets.GenericViewSet):
                 .first()
             )
             if holder is None:
-                raise iam.UnknownPrincipal(f"Unknown principal {data['principal']}.")
+                raise UnknownPrincipal(f"Unknown principal {data['principal']}.")
         issued = keys.api_key_create(
             actor=self.actor(),
             tenant=self.tenant,

@@ -40,7 +40,7 @@ def principal_held(*, principal: Principal | None, tenant: Tenant | None) -> Hel
     """
     if principal is None or not getattr(principal, "pk", None) or not principal.is_active:
         return HeldPermissions(frozenset())
-    cache: dict = principal.__dict__.setdefault(_CACHE_ATTR, {})
+    cache: dict[object, HeldPermissions] = principal.__dict__.setdefault(_CACHE_ATTR, {})
     key = tenant.pk if tenant is not None else None
     if key in cache:
         return cache[key]
@@ -66,7 +66,8 @@ def principal_held(*, principal: Principal | None, tenant: Tenant | None) -> Hel
             if tenant is not None:
                 permissions = [p for p in permissions if p not in PLATFORM_PERMISSIONS]
             granted.update(permissions)
-        elif tenant.state == TenantState.ACTIVE:
+        elif tenant is not None and tenant.state == TenantState.ACTIVE:
+            # (tenant is always set here: without one, only platform bindings match)
             granted.update(permissions)
         else:
             # A suspended tenant refuses its own members; platform operators keep access.

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import secrets
+from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from tenants import services
 
@@ -13,10 +14,10 @@ from tenants import services
 class Command(BaseCommand):
     help = "Create the platform admin (password from env or generated) and demo tenants."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--no-demo", action="store_true")
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         username = os.environ.get("CACHEPLANE_ADMIN_USERNAME", "admin")
         password = os.environ.get("CACHEPLANE_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
         created = services.platform_admin_ensure(username=username, password=password)
