@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from typing import TypedDict
 
 from django.conf import settings
 from django.contrib.postgres.constraints import ExclusionConstraint
@@ -22,7 +23,13 @@ from django.db.models import F, Func, Q
 from tenants.models import Tenant
 from tenants.scoping import TenantScopedManager
 
-RATE = {"max_digits": 16, "decimal_places": 6}
+
+class _DecimalShape(TypedDict):
+    max_digits: int
+    decimal_places: int
+
+
+RATE: _DecimalShape = {"max_digits": 16, "decimal_places": 6}
 
 
 class Provider(models.TextChoices):

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, time
 from decimal import ROUND_HALF_EVEN, Decimal
 from functools import cached_property
+from typing import Any
 
 ZERO = Decimal(0)
 SECONDS_PER_HOUR = Decimal(3600)
@@ -132,7 +133,7 @@ class DiscountWindow:
         return now >= self.start or now < self.end  # wraps midnight
 
     @classmethod
-    def parse(cls, raw: dict) -> DiscountWindow:
+    def parse(cls, raw: dict[str, Any]) -> DiscountWindow:
         """From ``{"start": "16:30", "end": "00:30", "percent": 50}`` (raises ValueError)."""
         start, end, percent = raw.get("start"), raw.get("end"), raw.get("percent")
         if not isinstance(percent, int) or isinstance(percent, bool) or not 0 < percent <= 100:
@@ -144,7 +145,7 @@ class DiscountWindow:
             raise ValueError("a discount window needs start != end")
         return window
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "start": self.start.strftime("%H:%M"),
             "end": self.end.strftime("%H:%M"),

@@ -41,8 +41,8 @@ def budget_alert_deliver_task(alert_id: str) -> str | None:
         BudgetAlert.objects.all_tenants()
         .select_related("budget", "period", "tenant")
         .filter(pk=alert_id)
+        .first()
     )
-    alert = alert.first()
     if alert is None:
         return None
     return budget_alert_deliver(alert=alert)

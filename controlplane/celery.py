@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from typing import TypedDict
 
 from celery import Celery
 from celery.schedules import crontab
@@ -106,9 +107,17 @@ BEAT_SCHEDULE: dict[str, dict] = {
     },
 }
 
+
 # Retry policy for tasks that call providers: transient errors only, exponential
 # backoff with jitter, bounded attempts. Tasks pass these as keyword arguments.
-TRANSIENT_RETRY_POLICY = {
+class RetryPolicy(TypedDict):
+    retry_backoff: int
+    retry_backoff_max: int
+    retry_jitter: bool
+    max_retries: int
+
+
+TRANSIENT_RETRY_POLICY: RetryPolicy = {
     "retry_backoff": 2,
     "retry_backoff_max": 60,
     "retry_jitter": True,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 import dj_database_url
 
@@ -26,6 +26,12 @@ class ConfigError(Exception):
         super().__init__(f"{variable}: {reason}")
         self.variable = variable
         self.reason = reason
+
+
+@overload
+def env_str(name: str, default: str, *, required: bool = False) -> str: ...
+@overload
+def env_str(name: str, default: None = None, *, required: bool = False) -> str | None: ...
 
 
 def env_str(name: str, default: str | None = None, *, required: bool = False) -> str | None:

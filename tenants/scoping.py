@@ -26,7 +26,7 @@ from typing import Any, Self, TypeVar
 from django.db import models
 from django.db.models.expressions import Col
 
-_M = TypeVar("_M", bound=models.Model)
+_M = TypeVar("_M", bound=models.Model, covariant=True)
 
 
 class TenantScopeRequired(RuntimeError):

@@ -10,12 +10,15 @@ Rate inputs deliberately have no range here: the service rejects negative rates 
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.models import (
     Budget,
     BudgetAlert,
+    BudgetPeriod,
     ModelPrice,
     PoolPrice,
     Provider,
@@ -34,11 +37,11 @@ from controlplane.display_text import display_text_validator
     }
 )
 class ProviderField(serializers.ChoiceField):
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(choices=Provider.choices, **kwargs)
 
 
-def _rate(**kwargs) -> serializers.DecimalField:
+def _rate(**kwargs: Any) -> serializers.DecimalField:
     return serializers.DecimalField(max_digits=16, decimal_places=6, **kwargs)
 
 
@@ -55,7 +58,7 @@ _VERSION_FIELDS = [
 ]
 
 
-class ModelPriceOut(serializers.ModelSerializer):
+class ModelPriceOut(serializers.ModelSerializer[ModelPrice]):
     provider = ProviderField(read_only=True)
 
     class Meta:
@@ -87,7 +90,7 @@ class ModelPriceOut(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class DiscountWindowIn(serializers.Serializer):
+class DiscountWindowIn(serializers.Serializer[None]):
     start = serializers.CharField(max_length=5, help_text="HH:MM, UTC (inclusive).")
     end = serializers.CharField(max_length=5, help_text="HH:MM, UTC (exclusive; may wrap).")
     percent = serializers.IntegerField(min_value=1, max_value=100)
@@ -96,7 +99,7 @@ class DiscountWindowIn(serializers.Serializer):
 _NO_PREMIUM = "Default: the input rate (no write premium)."
 
 
-class ModelRatesInput(serializers.Serializer):
+class ModelRatesInput(serializers.Serializer[None]):
     input_per_mtok = _rate()
     cached_input_per_mtok = _rate()
     output_per_mtok = _rate()
@@ -126,7 +129,9 @@ class ModelRatesInput(serializers.Serializer):
     audio_cached_input_per_mtok = _rate(required=False, allow_null=True)
     audio_output_per_mtok = _rate(required=False, allow_null=True, help_text="Default: output.")
     time_discounts = DiscountWindowIn(many=True, required=False)
-    source = serializers.CharField(max_length=2000, help_text="Where the price comes from.")
+    # A field named "source": the serializer metaclass moves declared fields off the class,
+    # so it never shadows Field.source at runtime; the stubs see a class attribute.
+    source = serializers.CharField(max_length=2000, help_text="Where the price comes from.")  # type: ignore[assignment]
     note = serializers.CharField(max_length=500, required=False, allow_blank=True)
 
 
@@ -147,7 +152,7 @@ class ModelPriceCreateInput(ModelRatesInput):
     effective_to = serializers.DateTimeField(required=False, allow_null=True)
 
 
-class PoolPriceOut(serializers.ModelSerializer):
+class PoolPriceOut(serializers.ModelSerializer[PoolPrice]):
     class Meta:
         model = PoolPrice
         fields = [
@@ -162,13 +167,15 @@ class PoolPriceOut(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class PoolRatesInput(serializers.Serializer):
+class PoolRatesInput(serializers.Serializer[None]):
     gpu_hour_usd = _rate()
     prefill_tokens_per_gpu_second = serializers.DecimalField(max_digits=16, decimal_places=3)
     decode_tokens_per_gpu_second = serializers.DecimalField(max_digits=16, decimal_places=3)
     kv_blocks_per_gpu = serializers.IntegerField(max_value=2**31 - 1)
     kv_block_tokens = serializers.IntegerField(required=False, max_value=2**31 - 1)
-    source = serializers.CharField(max_length=2000)
+    # A field named "source": the serializer metaclass moves declared fields off the class,
+    # so it never shadows Field.source at runtime; the stubs see a class attribute.
+    source = serializers.CharField(max_length=2000)  # type: ignore[assignment]
     note = serializers.CharField(max_length=500, required=False, allow_blank=True)
 
 
@@ -178,7 +185,7 @@ class PoolPriceCreateInput(PoolRatesInput):
     effective_to = serializers.DateTimeField(required=False, allow_null=True)
 
 
-class UsageRecordOut(serializers.ModelSerializer):
+class UsageRecordOut(serializers.ModelSerializer[UsageRecord]):
     provider = ProviderField(read_only=True)
 
     class Meta:
@@ -227,7 +234,7 @@ class UsageRecordOut(serializers.ModelSerializer):
         return row.price_version_id is None and row.pool_price_id is None
 
 
-class RangeQuery(serializers.Serializer):
+class RangeQuery(serializers.Serializer[None]):
     since = serializers.DateTimeField(required=False, help_text="Default: start of this month.")
     until = serializers.DateTimeField(required=False, help_text="Default: now.")
 
@@ -241,7 +248,7 @@ class SpendQuery(RangeQuery):
     group_by = serializers.ChoiceField(choices=["day", "model", "provider", "cache"])
 
 
-class SpendRowOut(serializers.Serializer):
+class SpendRowOut(serializers.Serializer[dict[str, Any]]):
     key = serializers.CharField(
         help_text="The day (ISO date), provider:model, provider or cache id."
     )
@@ -260,14 +267,14 @@ class SpendRowOut(serializers.Serializer):
     saved_micros = serializers.IntegerField()
 
 
-class SpendOut(serializers.Serializer):
+class SpendOut(serializers.Serializer[dict[str, Any]]):
     since = serializers.DateTimeField()
     until = serializers.DateTimeField()
     group_by = serializers.CharField()
     rows = SpendRowOut(many=True)
 
 
-class SavingsOut(serializers.Serializer):
+class SavingsOut(serializers.Serializer[dict[str, Any]]):
     since = serializers.DateTimeField()
     until = serializers.DateTimeField()
     spent_micros = serializers.IntegerField()
@@ -282,7 +289,7 @@ class SavingsOut(serializers.Serializer):
     hit_ratio = serializers.DecimalField(max_digits=6, decimal_places=4)
 
 
-class BudgetPeriodOut(serializers.Serializer):
+class BudgetPeriodOut(serializers.Serializer[BudgetPeriod]):
     period_start = serializers.DateTimeField()
     period_end = serializers.DateTimeField()
     spent_micros = serializers.IntegerField()
@@ -290,7 +297,7 @@ class BudgetPeriodOut(serializers.Serializer):
     limit_micros = serializers.IntegerField()
 
 
-class BudgetOut(serializers.ModelSerializer):
+class BudgetOut(serializers.ModelSerializer[Budget]):
     current_period = serializers.SerializerMethodField()
 
     class Meta:
@@ -314,7 +321,7 @@ class BudgetOut(serializers.ModelSerializer):
         read_only_fields = fields
 
     @extend_schema_field(BudgetPeriodOut(allow_null=True))
-    def get_current_period(self, budget: Budget) -> dict | None:
+    def get_current_period(self, budget: Budget) -> dict[str, Any] | None:
         period = self.context.get("periods", {}).get(budget.pk)
         return BudgetPeriodOut(period).data if period is not None else None
 
@@ -329,7 +336,7 @@ class BudgetSecretOut(BudgetOut):
         read_only_fields = fields
 
 
-class BudgetCreateInput(serializers.Serializer):
+class BudgetCreateInput(serializers.Serializer[None]):
     name = serializers.CharField(max_length=100, validators=[display_text_validator])
     period = serializers.CharField(max_length=16, help_text="day, month or custom (UTC).")
     limit_micros = serializers.IntegerField(help_text="Integer micro-USD (1 USD = 1000000).")
@@ -348,7 +355,7 @@ class BudgetCreateInput(serializers.Serializer):
     webhook_url = serializers.CharField(required=False, allow_blank=True, max_length=2000)
 
 
-class BudgetUpdateInput(serializers.Serializer):
+class BudgetUpdateInput(serializers.Serializer[None]):
     name = serializers.CharField(
         max_length=100, required=False, validators=[display_text_validator]
     )
@@ -361,7 +368,7 @@ class BudgetUpdateInput(serializers.Serializer):
     period = serializers.CharField(required=False, help_text="Immutable: rejected if given.")
 
 
-class BudgetAlertOut(serializers.ModelSerializer):
+class BudgetAlertOut(serializers.ModelSerializer[BudgetAlert]):
     budget_name = serializers.CharField(source="budget.name")
     period_start = serializers.DateTimeField(source="period.period_start")
     period_end = serializers.DateTimeField(source="period.period_end")
@@ -386,7 +393,7 @@ class BudgetAlertOut(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class BreakEvenInput(serializers.Serializer):
+class BreakEvenInput(serializers.Serializer[None]):
     provider = ProviderField()
     model = serializers.CharField(max_length=200, required=False, allow_blank=True)
     pool = serializers.CharField(
@@ -405,7 +412,7 @@ class BreakEvenInput(serializers.Serializer):
     days = serializers.IntegerField(required=False, min_value=1, max_value=366, default=30)
 
 
-class BlendedOut(serializers.Serializer):
+class BlendedOut(serializers.Serializer[dict[str, Any]]):
     blended_input_per_mtok = serializers.DecimalField(max_digits=20, decimal_places=6)
     daily_cost_micros = serializers.IntegerField()
     daily_cost_without_cache_micros = serializers.IntegerField()
@@ -414,7 +421,7 @@ class BlendedOut(serializers.Serializer):
     days = serializers.IntegerField()
 
 
-class BreakEvenOut(serializers.Serializer):
+class BreakEvenOut(serializers.Serializer[dict[str, Any]]):
     mode = serializers.ChoiceField(choices=["storage", "write_premium"])
     context_tokens = serializers.IntegerField()
     queries_per_hour = serializers.DecimalField(max_digits=14, decimal_places=4)

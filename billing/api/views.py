@@ -10,12 +10,14 @@ from __future__ import annotations
 import csv
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from datetime import datetime, timedelta
 from itertools import islice
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
+from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -24,7 +26,7 @@ from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
 )
-from rest_framework import status, viewsets
+from rest_framework import serializers, status, viewsets
 from rest_framework.pagination import CursorPagination
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
@@ -33,7 +35,7 @@ from rest_framework.response import Response
 from billing import selectors
 from billing.api import serializers as s
 from billing.errors import InvalidRange
-from billing.models import ModelPrice, PoolPrice
+from billing.models import Budget, BudgetAlert, ModelPrice, PoolPrice, UsageRecord
 from billing.selectors.usage import EXPORT_COLUMNS
 from billing.services import breakeven as breakeven_service
 from billing.services import budget_crud as budget_services
@@ -61,7 +63,9 @@ class _ByCreated(_ById):
     ordering = "-created_at"
 
 
-def _range(request: Request, query_class: type = s.RangeQuery) -> dict:
+def _range(
+    request: Request, query_class: type[serializers.Serializer[None]] = s.RangeQuery
+) -> dict[str, Any]:
     """since/until from the query string; defaults: the current UTC month up to now."""
     data = validated(query_class, request.query_params)
     now = timezone.now()
@@ -89,7 +93,7 @@ _BUDGET_ID = OpenApiParameter("pk", OpenApiTypes.UUID, OpenApiParameter.PATH)
 # --- Platform: the price book ---------------------------------------------------------
 
 
-def _rates(data: dict, names: tuple[str, ...]) -> dict:
+def _rates(data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     rates = {name: data.get(name) for name in names if name in data}
     if "time_discounts" in rates:
         rates["time_discounts"] = [dict(w) for w in rates["time_discounts"] or []]
@@ -100,7 +104,7 @@ _MODEL_RATE_NAMES = price_services.MODEL_ALL_FIELDS
 
 
 @extend_schema(tags=["billing-platform"])
-class PlatformModelPriceViewSet(PlatformMixin, viewsets.GenericViewSet):
+class PlatformModelPriceViewSet(PlatformMixin, viewsets.GenericViewSet[ModelPrice]):
     """Per-token prices per (provider, model): versioned, effective-dated, never rewritten."""
 
     audit_entity = "billing.price"
@@ -114,7 +118,7 @@ class PlatformModelPriceViewSet(PlatformMixin, viewsets.GenericViewSet):
     serializer_class = s.ModelPriceOut
     pagination_class = _ById
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[ModelPrice]:
         return selectors.model_price_list(
             provider=self.request.query_params.get("provider") or None,
             model=self.request.query_params.get("model") or None,
@@ -160,7 +164,7 @@ class PlatformModelPriceViewSet(PlatformMixin, viewsets.GenericViewSet):
 
 
 @extend_schema(tags=["billing-platform"])
-class PlatformPoolPriceViewSet(PlatformMixin, viewsets.GenericViewSet):
+class PlatformPoolPriceViewSet(PlatformMixin, viewsets.GenericViewSet[PoolPrice]):
     """GPU-hour prices of self-hosted worker pools (keyed by pool name), versioned."""
 
     audit_entity = "billing.pool_price"
@@ -169,7 +173,7 @@ class PlatformPoolPriceViewSet(PlatformMixin, viewsets.GenericViewSet):
     serializer_class = s.PoolPriceOut
     pagination_class = _ById
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[PoolPrice]:
         return selectors.pool_price_list(pool=self.request.query_params.get("pool") or None)
 
     @extend_schema(
@@ -219,7 +223,12 @@ class CsvRenderer(BaseRenderer):
     format = "csv"
     charset = "utf-8"
 
-    def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:
+    def render(
+        self,
+        data: Any,
+        accepted_media_type: str | None = None,
+        renderer_context: Mapping[str, Any] | None = None,
+    ) -> bytes:
         return json.dumps(data).encode() if data is not None else b""
 
 
@@ -229,7 +238,7 @@ class _Echo:
 
 
 @extend_schema(tags=["billing"])
-class UsageViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+class UsageViewSet(TenantScopedMixin, viewsets.GenericViewSet[UsageRecord]):
     """The tenant's usage ledger, spend by day/model/provider/cache, savings, CSV export."""
 
     audit_entity = "billing.usage"
@@ -320,7 +329,7 @@ class UsageViewSet(TenantScopedMixin, viewsets.GenericViewSet):
         return response
 
 
-def _streamable(request: Request, lines: Iterator[str]):
+def _streamable(request: Request, lines: Iterator[str]) -> Iterator[str] | AsyncIterator[str]:
     """The iterator as the server wants it: under ASGI (uvicorn) Django would buffer a
     sync iterator whole, so it gets an async one reading 1,000 lines per thread hop; the
     database cursor stays on Django's one sync thread (thread_sensitive)."""
@@ -340,7 +349,8 @@ def _stamp(moment: datetime) -> str:
 
 
 @extend_schema(tags=["billing"])
-class BreakEvenViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+# No model behind it (a computation over prices), hence Any.
+class BreakEvenViewSet(TenantScopedMixin, viewsets.GenericViewSet[Any]):
     """Hourly cost with and without a cache and the break-even query rate."""
 
     audit_entity = "billing.break_even"
@@ -377,7 +387,7 @@ class BreakEvenViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
 
 @extend_schema(tags=["billing"])
-class BudgetViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+class BudgetViewSet(TenantScopedMixin, viewsets.GenericViewSet[Budget]):
     """Budgets of this tenant (or of one of its service accounts) with their current period."""
 
     audit_entity = "billing.budget"
@@ -392,14 +402,19 @@ class BudgetViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     serializer_class = s.BudgetOut
     pagination_class = _ByCreated
 
-    def _out(self, budgets: list, serializer_class: type = s.BudgetOut, many: bool = False):
-        items = budgets if many else [budgets]
+    def _out(
+        self,
+        budgets: Budget | list[Budget],
+        serializer_class: type[s.BudgetOut] = s.BudgetOut,
+        many: bool = False,
+    ) -> object:
+        items = budgets if isinstance(budgets, list) else [budgets]
         periods = selectors.budget_current_periods(
             tenant=self.tenant, budgets=items, at=timezone.now()
         )
         return serializer_class(budgets, many=many, context={"periods": periods}).data
 
-    def _budget(self, pk: str):
+    def _budget(self, pk: str) -> Budget:
         budget = selectors.budget_get(tenant=self.tenant, budget_id=_uuid(pk))
         if budget is None:
             raise NotFound("No such budget.")
@@ -407,7 +422,7 @@ class BudgetViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
     @extend_schema(responses={200: s.BudgetOut(many=True)})
     def list(self, request: Request, tenant: str) -> Response:
-        page = self.paginate_queryset(selectors.budget_list(tenant=self.tenant))
+        page = self.paginate_queryset(selectors.budget_list(tenant=self.tenant)) or []
         return self.get_paginated_response(self._out(page, many=True))
 
     @extend_schema(parameters=[_BUDGET_ID], responses={200: s.BudgetOut})
@@ -457,7 +472,7 @@ class BudgetViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
 
 @extend_schema(tags=["billing"])
-class BudgetAlertViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+class BudgetAlertViewSet(TenantScopedMixin, viewsets.GenericViewSet[BudgetAlert]):
     """Threshold alerts of this tenant's budgets, newest first."""
 
     audit_entity = "billing.budget_alert"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from uuid import UUID
 
 from django.db.models import QuerySet
 
@@ -21,7 +22,9 @@ def budget_get(*, tenant: Tenant, budget_id: str) -> Budget | None:
     return budget_list(tenant=tenant, include_archived=True).filter(pk=budget_id).first()
 
 
-def budget_current_periods(*, tenant: Tenant, budgets: list[Budget], at: datetime) -> dict:
+def budget_current_periods(
+    *, tenant: Tenant, budgets: list[Budget], at: datetime
+) -> dict[UUID, BudgetPeriod]:
     """``{budget_id: BudgetPeriod}`` for the periods covering ``at`` (one query)."""
     periods = BudgetPeriod.objects.filter(
         tenant=tenant,

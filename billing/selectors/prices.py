@@ -8,11 +8,14 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 from datetime import datetime
+from typing import TypeVar
 
 from django.db.models import QuerySet
 
 from billing.models import ModelPrice, PoolPrice
 from billing.pricing import DiscountWindow, PoolRates, TokenRates
+
+_Price = TypeVar("_Price", ModelPrice, PoolPrice)
 
 
 def model_price_list(
@@ -139,15 +142,15 @@ class PriceIndex:
                 self._models[key] = ([v.effective_from for v in versions], versions)
         if want_pools:
             grouped_pools: dict[str, list[PoolPrice]] = {p: [] for p in want_pools}
-            for price in PoolPrice.objects.filter(
+            for pool_price in PoolPrice.objects.filter(
                 pool__in=want_pools, superseded_at__isnull=True
             ).order_by("effective_from"):
-                grouped_pools[price.pool].append(price)
-            for pool, versions in grouped_pools.items():
-                self._pools[pool] = ([v.effective_from for v in versions], versions)
+                grouped_pools[pool_price.pool].append(pool_price)
+            for pool, pool_versions in grouped_pools.items():
+                self._pools[pool] = ([v.effective_from for v in pool_versions], pool_versions)
 
     @staticmethod
-    def _pick(entry, at: datetime):
+    def _pick(entry: tuple[list[datetime], list[_Price]] | None, at: datetime) -> _Price | None:
         if not entry:
             return None
         starts, versions = entry

@@ -7,12 +7,14 @@ into µ$ once, at the end (the price of the sum, never a sum of rounded prices).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
+from uuid import UUID
 
-from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models import Count, F, Model, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncDay
 
 from billing.errors import PriceNotFound
@@ -64,7 +66,7 @@ def usage_list(
     return qs
 
 
-def _sum(qs: QuerySet, field: str) -> int:
+def _sum(qs: QuerySet[Model], field: str) -> int:
     return int(qs.aggregate(v=Coalesce(Sum(field), 0))["v"])
 
 
@@ -74,7 +76,11 @@ def _day_ceil(moment: datetime) -> datetime:
 
 
 def tenant_spend_nanos(
-    *, tenant_id: object, since: datetime, until: datetime, principal_id: object = None
+    *,
+    tenant_id: UUID | str,
+    since: datetime,
+    until: datetime,
+    principal_id: UUID | str | None = None,
 ) -> int:
     """What the tenant (or one principal) spent in [since, until), exactly, in nano-USD.
 
@@ -103,7 +109,11 @@ def tenant_spend_nanos(
 
 
 def tenant_spend_micros(
-    *, tenant_id: object, since: datetime, until: datetime, principal_id: object = None
+    *,
+    tenant_id: UUID | str,
+    since: datetime,
+    until: datetime,
+    principal_id: UUID | str | None = None,
 ) -> int:
     """:func:`tenant_spend_nanos` in µ$ (one rounding of the exact total)."""
     return nanos_to_micros(
@@ -126,7 +136,9 @@ _SUMS = (
 )
 
 
-def _rollups_in_range(*, tenant_id: object, since: datetime, until: datetime) -> QuerySet:
+def _rollups_in_range(
+    *, tenant_id: UUID | str, since: datetime, until: datetime
+) -> QuerySet[UsageRollup]:
     """Rollup rows covering exactly [since, until): day rollups for the whole days inside
     it, minute rollups for the ragged edges (exact to the minute at any volume)."""
     since, until = since.astimezone(UTC), until.astimezone(UTC)  # rollup days are UTC days
@@ -142,7 +154,9 @@ def _rollups_in_range(*, tenant_id: object, since: datetime, until: datetime) ->
     return rollups.filter(whole | edges)
 
 
-def spend_grouped(*, tenant: Tenant, since: datetime, until: datetime, group_by: str) -> list[dict]:
+def spend_grouped(
+    *, tenant: Tenant, since: datetime, until: datetime, group_by: str
+) -> list[dict[str, Any]]:
     """Spend, cost without cache and requests in [since, until) per day, model, provider
     or cache (day/model/provider from rollups; cache from the ledger plus storage)."""
     if group_by == "cache":
@@ -155,7 +169,7 @@ def spend_grouped(*, tenant: Tenant, since: datetime, until: datetime, group_by:
         keys = ["k"]
     else:
         keys = ["provider", "model"] if group_by == "model" else ["provider"]
-    totals: dict[tuple, dict] = {}
+    totals: dict[tuple[Any, ...], dict[str, int]] = {}
     for row in rollups.values(*keys).annotate(**{f: Sum(f) for f in _SUMS}):
         key = tuple(row[k] for k in keys)
         entry = totals.setdefault(key, {f: 0 for f in _SUMS} | {"storage": 0})
@@ -167,16 +181,17 @@ def spend_grouped(*, tenant: Tenant, since: datetime, until: datetime, group_by:
     return [_group_row(key, totals[key], group_by) for key in sorted(totals)]
 
 
-def _group_row(key: tuple, row: dict, group_by: str) -> dict:
-    label = {
+def _group_row(key: tuple[Any, ...], row: dict[str, int], group_by: str) -> dict[str, Any]:
+    labels: dict[str, Callable[[], str]] = {
         "day": lambda: key[0].date().isoformat(),
         "model": lambda: f"{key[0]}:{key[1]}",
         "provider": lambda: key[0],
-    }[group_by]()
+    }
+    label = labels[group_by]()
     return _cache_row(label, row, row["storage"])
 
 
-def spend_by_cache(*, tenant: Tenant, since: datetime, until: datetime) -> list[dict]:
+def spend_by_cache(*, tenant: Tenant, since: datetime, until: datetime) -> list[dict[str, Any]]:
     """Per cache: request costs through it, its storage, and what it saved net of storage."""
     usage = (
         usage_list(tenant=tenant, since=since, until=until)
@@ -203,13 +218,16 @@ def spend_by_cache(*, tenant: Tenant, since: datetime, until: datetime) -> list[
     }
     out = []
     for row in usage:
-        out.append(_cache_row(row["cache_id"], row, storage.pop(row["cache_id"], 0)))
-    for cache_id, micros in storage.items():
-        out.append(_cache_row(cache_id, {}, micros))
+        cache_id = row["cache_id"]
+        if cache_id is None:  # excluded by the filter above (this narrows the type)
+            continue
+        out.append(_cache_row(cache_id, row, storage.pop(cache_id, 0)))
+    for stored_id, micros in storage.items():
+        out.append(_cache_row(stored_id, {}, micros))
     return sorted(out, key=lambda r: r["key"])
 
 
-def _cache_row(cache_id: str, row: dict, storage_nanos: int) -> dict:
+def _cache_row(cache_id: str, row: Mapping[str, Any], storage_nanos: int) -> dict[str, Any]:
     """One group's figures: every µ$ figure is its exact nano total rounded once."""
     request_cost = int(row.get("cost_nanos") or 0)
     without = int(row.get("cost_without_cache_nanos") or 0)
@@ -313,7 +331,7 @@ def _usd(micros: int) -> str:
     return f"{sign}{whole}.{frac:06d}"
 
 
-def spend_export_rows(*, tenant: Tenant, since: datetime, until: datetime) -> Iterator[list]:
+def spend_export_rows(*, tenant: Tenant, since: datetime, until: datetime) -> Iterator[list[Any]]:
     """Every ledger row and storage accrual in [since, until), in time order, for CSV.
 
     Streams with server-side cursors (``iterator``) so memory stays flat at any size.

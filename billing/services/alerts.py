@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from uuid import UUID
 
 import httpx
 from django.conf import settings
@@ -59,7 +60,7 @@ def webhook_body(alert: BudgetAlert) -> bytes:
     return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _record(alert_id: object, **fields: object) -> None:
+def _record(alert_id: UUID | str, **fields: object) -> None:
     with transaction.atomic():
         # all_tenants: the delivery task updates its alert row by id
         BudgetAlert.objects.all_tenants().filter(pk=alert_id).update(**fields)
@@ -85,7 +86,7 @@ def webhook_destination_refused(url: str) -> str:
     except (OSError, UnicodeError):
         return "webhook host does not resolve"
     for info in infos:
-        address = ipaddress.ip_address(info[4][0].split("%")[0])
+        address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
         if not address.is_global:
             return f"webhook destination {address} is not a public address"
     return ""

@@ -89,15 +89,13 @@ def _rates_for(
     tokens' KV blocks for an hour.
     """
     if provider == Provider.VLLM:
-        price = pool_price_resolve(pool=pool, at=at) if pool else None
-        if price is None:
+        gpu_price = pool_price_resolve(pool=pool, at=at) if pool else None
+        if gpu_price is None:
             raise PriceNotFound(f"No GPU price for pool {pool!r}.")
-        rates = pool_rates(price)
-        prefill = Decimal(rates.prefill_micros(1_000_000)) / MICROS_PER_USD
-        storage = (
-            Decimal(rates.blocks_for(1_000_000)) * rates.gpu_hour_usd / rates.kv_blocks_per_gpu
-        )
-        return prefill, Decimal(0), prefill, storage, f"pool:{price.pk}"
+        gpu = pool_rates(gpu_price)
+        prefill = Decimal(gpu.prefill_micros(1_000_000)) / MICROS_PER_USD
+        storage = Decimal(gpu.blocks_for(1_000_000)) * gpu.gpu_hour_usd / gpu.kv_blocks_per_gpu
+        return prefill, Decimal(0), prefill, storage, f"pool:{gpu_price.pk}"
     price = model_price_resolve(provider=provider, model=model, at=at)
     if price is None:
         raise PriceNotFound(f"No price for {provider}:{model}.", details={"model": model})

@@ -15,8 +15,9 @@ def period_bounds(budget: Budget, at: datetime) -> tuple[datetime, datetime] | N
     """The period of ``budget`` that contains ``at`` (UTC calendar), or None (custom range
     not covering ``at``)."""
     if budget.period == BudgetPeriodKind.CUSTOM:
-        if budget.starts_at <= at < budget.ends_at:
-            return budget.starts_at, budget.ends_at
+        starts, ends = budget.starts_at, budget.ends_at  # both set on a custom budget
+        if starts is not None and ends is not None and starts <= at < ends:
+            return starts, ends
         return None
     utc = at.astimezone(UTC)
     if budget.period == BudgetPeriodKind.DAY:

@@ -38,6 +38,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -213,7 +214,7 @@ def reserve_args(
     return keys, [hold_id, str(amount_micros), str(now_ms), str(now_ms + int(ttl_seconds * 1000))]
 
 
-def reserve_outcome(reply: list, periods: list[PeriodView]) -> Refusal | None | bool:
+def reserve_outcome(reply: list[Any], periods: list[PeriodView]) -> Refusal | None | bool:
     """None: held; a Refusal; False: a period is not loaded (load and retry)."""
     status = int(reply[0])
     if status in (1, 2):
@@ -293,7 +294,9 @@ def budget_settlements_flush(
     claims = f"{settle_queue_key()}:claims"
     result = SettleFlushResult()
     stale_before = time.time() - lease_seconds
-    batch_keys = [k.decode() for k in client.zrangebyscore(claims, "-inf", stale_before)]
+    # The client does not decode responses (the default): every reply item is bytes.
+    stale = cast("list[bytes]", client.zrangebyscore(claims, "-inf", stale_before))
+    batch_keys = [k.decode() for k in stale]
     while len(batch_keys) < max_batches:
         batch_key = f"{settle_queue_key()}:batch:{uuid.uuid4().hex}"
         if not int(
@@ -302,7 +305,7 @@ def budget_settlements_flush(
             break
         batch_keys.append(batch_key)
     for batch_key in batch_keys:
-        raw = client.lrange(batch_key, 0, -1)
+        raw = cast("list[bytes]", client.lrange(batch_key, 0, -1))
         if raw:
             _book(raw, result)
         client.delete(batch_key)
@@ -352,7 +355,7 @@ def _book(raw: list[bytes], result: SettleFlushResult) -> None:
 def budget_period_live(*, period_id: int) -> dict[str, int]:
     """The Redis counters of one period (tests, the console): spent, reserved, limit."""
     h, _, _ = period_keys(period_id)
-    values = ops.redis_client().hgetall(h)
+    values = cast("dict[bytes, bytes]", ops.redis_client().hgetall(h))
     return {k.decode(): int(v) for k, v in values.items()}
 
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from functools import partial
+from typing import Any
+from uuid import UUID
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -102,7 +104,7 @@ def budget_periods_charge(*, charges: dict[int, int]) -> None:
                         "tenant_id": row[4],
                     }
                 )
-    by_tenant: dict[object, list[dict]] = {}
+    by_tenant: dict[UUID | str, list[dict[str, Any]]] = {}
     for m in moved:
         by_tenant.setdefault(m["tenant_id"], []).append(m)
     for tenant_id, rows in by_tenant.items():
@@ -273,7 +275,7 @@ def _pins_allowed_or_raise(
         )
 
 
-def _move(reservation: BudgetReservation, *, release: int, spend: int) -> list[dict]:
+def _move(reservation: BudgetReservation, *, release: int, spend: int) -> list[dict[str, Any]]:
     """Apply -release to reserved and +spend to spent on each period; return the rows."""
     moved = []
     with connection.cursor() as cursor:
@@ -371,7 +373,7 @@ def budget_reservations_expire(*, now: datetime | None = None, limit: int | None
 # --- Alerts --------------------------------------------------------------------------
 
 
-def _alerts_raise(*, tenant_id: object, moved: list[dict]) -> list[BudgetAlert]:
+def _alerts_raise(*, tenant_id: UUID | str, moved: list[dict[str, Any]]) -> list[BudgetAlert]:
     """Insert one alert per threshold newly crossed (the unique key makes it once only)."""
     raised: list[BudgetAlert] = []
     crossing = [m for m in moved if m["new_spent"] > m["old_spent"]]

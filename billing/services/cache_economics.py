@@ -15,6 +15,7 @@ import logging
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 from billing import ttl_policy
 from billing.models import BudgetPeriod, Provider
@@ -29,7 +30,7 @@ from billing.selectors.prices import (
 logger = logging.getLogger(__name__)
 
 
-def tenant_budget_used_fraction(*, tenant_id: object, at: datetime) -> Decimal:
+def tenant_budget_used_fraction(*, tenant_id: UUID | str, at: datetime) -> Decimal:
     """The highest (spent + reserved) / limit over the tenant's current budget periods."""
     used = Decimal(0)
     for spent, reserved, limit in BudgetPeriod.objects.filter(
@@ -50,14 +51,12 @@ def cache_economics_for(*, cache: Any, at: datetime) -> ttl_policy.CacheEconomic
         return None
     if cache.provider == Provider.VLLM:
         pool = getattr(cache, "pool", "") or ""
-        price = pool_price_resolve(pool=pool, at=at) if pool else None
-        if price is None:
+        gpu_price = pool_price_resolve(pool=pool, at=at) if pool else None
+        if gpu_price is None:
             return None
-        rates = pool_rates(price)
-        prefill = Decimal(rates.prefill_micros(1_000_000)) / MICROS_PER_USD
-        storage = (
-            Decimal(rates.blocks_for(1_000_000)) * rates.gpu_hour_usd / rates.kv_blocks_per_gpu
-        )
+        gpu = pool_rates(gpu_price)
+        prefill = Decimal(gpu.prefill_micros(1_000_000)) / MICROS_PER_USD
+        storage = Decimal(gpu.blocks_for(1_000_000)) * gpu.gpu_hour_usd / gpu.kv_blocks_per_gpu
         return ttl_policy.CacheEconomics(int(tokens), prefill, Decimal(0), storage)
     price = model_price_resolve(provider=cache.provider, model=cache.model, at=at)
     if price is None:
@@ -112,7 +111,7 @@ def _epoch(moment: datetime) -> float:
     return moment.timestamp()
 
 
-def _profile_key(cache: Any) -> dict:
+def _profile_key(cache: Any) -> dict[str, Any]:
     return {
         "tenant_id": cache.tenant_id,
         "provider": cache.provider,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
@@ -27,7 +27,7 @@ from django.utils import timezone
 from audit.services import audit_record
 from audit.snapshot import EMPTY, diff, model_snapshot
 from billing.errors import InvalidPrice, PriceAlreadySuperseded, PriceOverlap
-from billing.models import ModelPrice, PoolPrice, PriceVersionBase, Provider
+from billing.models import ModelPrice, PoolPrice, Provider
 from billing.pricing import LONG_BASES, LONG_BASIS_PROMPT, DiscountWindow
 from tenants.actor import Actor
 
@@ -156,7 +156,7 @@ def model_rates_clean(rates: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
-def _discounts_clean(raw: Any) -> list[dict]:
+def _discounts_clean(raw: Any) -> list[dict[str, Any]]:
     if raw is None:
         return []
     if not isinstance(raw, list) or len(raw) > MAX_DISCOUNT_WINDOWS:
@@ -220,13 +220,19 @@ def _lock_key(kind: str, key: dict[str, str]) -> None:
         )
 
 
-def _overlaps(a_from: datetime, a_to: datetime | None, b_from: datetime, b_to: datetime | None):
+def _overlaps(
+    a_from: datetime, a_to: datetime | None, b_from: datetime, b_to: datetime | None
+) -> bool:
     return (b_to is None or a_from < b_to) and (a_to is None or b_from < a_to)
+
+
+# The two concrete price-version models (PriceVersionBase is abstract: no manager).
+_Price = TypeVar("_Price", ModelPrice, PoolPrice)
 
 
 def _version_create(
     *,
-    cls: type[PriceVersionBase],
+    cls: type[_Price],
     key: dict[str, str],
     values: dict[str, Any],
     actor: Actor,
@@ -235,7 +241,7 @@ def _version_create(
     source: str,
     note: str,
     audit_action: str,
-) -> PriceVersionBase:
+) -> _Price:
     now = timezone.now()
     start = effective_from or now
     if effective_to is not None and effective_to <= start:
@@ -302,14 +308,14 @@ def _version_create(
 
 def _version_correct(
     *,
-    price: PriceVersionBase,
+    price: _Price,
     values: dict[str, Any],
     actor: Actor,
     key: dict[str, str],
     source: str,
     note: str,
     audit_action: str,
-) -> PriceVersionBase:
+) -> _Price:
     cls = type(price)
     if not source.strip():
         raise InvalidPrice("source is required: say where the corrected price comes from.")

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -110,8 +111,8 @@ def _reprice_usage_batch(rows: list[UsageRecord], result: RepriceResult) -> None
         models={(r.provider, r.model) for r in rows if r.provider != Provider.VLLM},
         pools={r.pool for r in rows if r.provider == Provider.VLLM},
     )
-    changed: list[tuple] = []
-    deltas: defaultdict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])
+    changed: list[tuple[Any, ...]] = []
+    deltas: defaultdict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0, 0])
     for r in rows:
         counts = UsageCounts(
             r.prompt_tokens,

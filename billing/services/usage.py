@@ -25,6 +25,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import msgspec
 from django.conf import settings
@@ -233,7 +234,7 @@ def usage_message(
     )
 
 
-def usage_record(**kwargs) -> None:
+def usage_record(**kwargs: Any) -> None:
     """Append one request's usage to the ledger queue (one Redis RPUSH, no SQL).
 
     Keyword-only, the arguments of :func:`usage_message`. Raises InvalidUsage for counts
@@ -425,7 +426,7 @@ def _write_batch(messages: list[_Message], result: FlushResult) -> None:
         models={(m.provider, m.model) for m in messages if m.provider != Provider.VLLM},
         pools={m.pool for m in messages if m.provider == Provider.VLLM},
     )
-    rows: list[tuple] = []
+    rows: list[tuple[Any, ...]] = []
     for m in messages:
         at = EPOCH + timedelta(microseconds=m.at_us)
         price_id, pool_price_id, cost = price_row(index, m, at)
@@ -493,7 +494,8 @@ def usage_write_direct(messages: list[bytes]) -> FlushResult:
 
 def _flush_batch(batch_key: str, result: FlushResult) -> None:
     client = ops.redis_client()
-    raw = client.lrange(batch_key, 0, -1)
+    # The client does not decode responses (the default): every reply item is bytes.
+    raw = cast("list[bytes]", client.lrange(batch_key, 0, -1))
     messages = []
     for item in raw:
         try:
@@ -539,7 +541,8 @@ def usage_flush(*, batch_size: int | None = None, max_batches: int | None = None
         return result
     try:
         stale_before = time.time() - lease
-        for key in client.zrangebyscore(claims, "-inf", stale_before, start=0, num=max_batches):
+        stale = client.zrangebyscore(claims, "-inf", stale_before, start=0, num=max_batches)
+        for key in cast("list[bytes]", stale):
             result.recovered_batches += 1
             try:
                 _flush_batch(key.decode(), result)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rest_framework.serializers import BaseSerializer
 
-def validated(serializer_class: type, data: Any) -> dict:
+
+def validated(serializer_class: type[BaseSerializer[Any]], data: Any) -> dict[str, Any]:
     """Run an input serializer; a bad body raises DRF's ValidationError (400 invalid_input)."""
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
+    clean: dict[str, Any] = serializer.validated_data
+    return clean

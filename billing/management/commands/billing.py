@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from datetime import datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.dateparse import parse_datetime
 
 from billing.services.reprice import usage_reprice
@@ -10,7 +13,7 @@ from tenants.actor import Actor
 from tenants.models import Tenant
 
 
-def _moment(value: str, option: str):
+def _moment(value: str, option: str) -> datetime:
     moment = parse_datetime(value) if value else None
     if moment is None:
         raise CommandError(f"{option}: expected an ISO 8601 date-time, got {value!r}")
@@ -22,7 +25,7 @@ def _moment(value: str, option: str):
 class Command(BaseCommand):
     help = "Billing tools."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="subcommand", required=True)
         reprice = sub.add_parser(
             "reprice",
@@ -32,11 +35,11 @@ class Command(BaseCommand):
         reprice.add_argument("--until", help="ISO date-time (exclusive; default: no end)")
         reprice.add_argument("--tenant", help="tenant slug (default: every tenant)")
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         if options["subcommand"] == "reprice":
             self._reprice(options)
 
-    def _reprice(self, options: dict) -> None:
+    def _reprice(self, options: dict[str, Any]) -> None:
         since = _moment(options["since"], "--since")
         until = _moment(options["until"], "--until") if options.get("until") else None
         if until is not None and until <= since:
