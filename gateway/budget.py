@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -24,7 +25,9 @@ from gateway.singleflight import SingleFlightCache
 
 logger = logging.getLogger(__name__)
 # Event-loop only (no lock needed): (tenant, principal) → the periods that apply.
-_periods = SingleFlightCache(maxsize=50_000, ttl=REFRESH_SECONDS)
+_periods: SingleFlightCache[tuple[str, str], list[holds.PeriodView]] = SingleFlightCache(
+    maxsize=50_000, ttl=REFRESH_SECONDS
+)
 
 
 @dataclass
@@ -139,7 +142,9 @@ async def settle(hold: Hold | None, *, actual_micros: int) -> None:
         logger.exception("budget settle failed", extra={"hold": hold.hold_id})
 
 
-def _audit(identity: Identity, request_id: str, period: holds.PeriodView, details: dict) -> None:
+def _audit(
+    identity: Identity, request_id: str, period: holds.PeriodView, details: dict[str, Any]
+) -> None:
     from audit.services.denials import audit_denial
     from tenants.actor import Actor, AuthMethod
 
@@ -161,7 +166,7 @@ def _audit(identity: Identity, request_id: str, period: holds.PeriodView, detail
 
 
 async def _audit_refusal(
-    identity: Identity, request_id: str, period: holds.PeriodView, details: dict
+    identity: Identity, request_id: str, period: holds.PeriodView, details: dict[str, Any]
 ) -> None:
     try:
         await sync_to_async(_audit, thread_sensitive=False)(identity, request_id, period, details)

@@ -15,8 +15,12 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
+
+if TYPE_CHECKING:
+    from caches.providers.vertex import VertexScope
 
 REFRESH_SECONDS = 2.0
 
@@ -42,11 +46,11 @@ class CacheView:
     model: str
     state: str
     remote_name: str
-    prefix_message: dict | None
+    prefix_message: dict[str, Any] | None
     placement: tuple[str, ...]
     replication_factor: int
     routing_key: str
-    vertex_scope: object = None  # caches.providers.vertex.VertexScope for Vertex caches
+    vertex_scope: VertexScope | None = None  # for Vertex caches
 
 
 @dataclass
@@ -56,7 +60,7 @@ class Directory:
     inflight: dict[str, int] = field(default_factory=dict)
     _refreshing: asyncio.Lock | None = None
     _caches: dict[tuple[str, str], tuple[float, CacheView | None]] = field(default_factory=dict)
-    _scopes: dict[str, tuple[float, object]] = field(default_factory=dict)
+    _scopes: dict[str, tuple[float, VertexScope]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # This process's name in the fleet's load state (pod name in Kubernetes).
     replica: str = field(
@@ -64,7 +68,7 @@ class Directory:
             f"{os.environ.get('HOSTNAME', 'gw')}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         )
     )
-    _pushes: set = field(default_factory=set)
+    _pushes: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def current_workers(self) -> list[WorkerView]:
         if time.monotonic() - self.loaded_at < REFRESH_SECONDS:
@@ -121,7 +125,7 @@ class Directory:
         self._caches[key] = (time.monotonic(), view)
         return view
 
-    async def tenant_vertex_scope(self, tenant_id: str):
+    async def tenant_vertex_scope(self, tenant_id: str) -> VertexScope:
         """The tenant's Vertex project/location/credentials, cached like caches are."""
         entry = self._scopes.get(tenant_id)
         if entry is not None and time.monotonic() - entry[0] < REFRESH_SECONDS:

@@ -31,8 +31,8 @@ class FairQueue:
     inflight: int = 0
     clock: float = 0.0
     _tags: dict[tuple[str, str], float] = field(default_factory=dict)
-    _heap: list = field(default_factory=list)
-    _seq: itertools.count = field(default_factory=itertools.count)
+    _heap: list[tuple[float, int, asyncio.Future[None]]] = field(default_factory=list)
+    _seq: itertools.count[int] = field(default_factory=itertools.count)
 
     async def acquire(self, *, tenant: str, weight: int, priority: str, timeout: float) -> None:
         """Wait for a slot (fair order under contention); 429 ``pool_saturated`` on timeout."""
@@ -45,7 +45,7 @@ class FairQueue:
         self._tags[key] = tag
         if len(self._tags) > 10_000:
             self._tags = {k: v for k, v in self._tags.items() if v > self.clock}
-        waiter = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._heap, (tag, next(self._seq), waiter))
         try:
             await asyncio.wait_for(asyncio.shield(waiter), timeout)

@@ -10,6 +10,7 @@ import asyncio
 
 import redis.asyncio as aioredis
 from django.conf import settings
+from redis.commands.core import AsyncScript
 
 _clients: dict[int, tuple[asyncio.AbstractEventLoop, aioredis.Redis]] = {}
 
@@ -39,10 +40,10 @@ def client() -> aioredis.Redis:
     return entry[1]
 
 
-_scripts: dict[tuple[int, str], object] = {}
+_scripts: dict[tuple[int, str], AsyncScript] = {}
 
 
-def script(source: str):
+def script(source: str) -> AsyncScript:
     """A registered script of the running loop's client (EVALSHA, EVAL on a cache miss)."""
     redis = client()
     key = (id(redis), source)

@@ -14,10 +14,14 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
 from controlplane.errors import DomainError
+
+if TYPE_CHECKING:
+    from tenants.actor import Actor
 from gateway.errors import GatewayError
 from tenants.errors import ApiKeyRejected
 from tenants.services.keys import (
@@ -83,7 +87,7 @@ def _resolve(authenticated: AuthenticatedKey, source_ip: str | None, user_agent:
     )
 
 
-def _key_actor(authenticated: AuthenticatedKey, source_ip: str | None, user_agent: str):
+def _key_actor(authenticated: AuthenticatedKey, source_ip: str | None, user_agent: str) -> Actor:
     from tenants.actor import Actor, AuthMethod
 
     return Actor(
@@ -96,7 +100,7 @@ def _key_actor(authenticated: AuthenticatedKey, source_ip: str | None, user_agen
 
 
 def identity_refused(
-    identity: Identity, *, action: str, reason: str, details: dict | None = None
+    identity: Identity, *, action: str, reason: str, details: dict[str, Any] | None = None
 ) -> None:
     """Audit a refusal of an admitted caller's request (sync; call it in a thread).
 

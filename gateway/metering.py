@@ -12,9 +12,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from asgiref.sync import sync_to_async
 from prometheus_client import Counter, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +78,7 @@ class Meter:
     status: str = "ok"
     available_tokens: int = 0  # reuse present in the prompt (a remembered prefix)
     routed_tokens: int = 0  # of which routing sent to the worker expected to hold it
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def cost_micros(meter: Meter) -> int:
@@ -95,11 +97,15 @@ def cost_micros(meter: Meter) -> int:
     )
 
 
-_children: dict[tuple, object] = {}
-_redis = None
+if TYPE_CHECKING:
+    import redis
+
+_Metric = TypeVar("_Metric", bound=MetricWrapperBase)
+_children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
+_redis: redis.Redis | None = None
 
 
-def _series(metric, *label_values: str):
+def _series(metric: _Metric, *label_values: str) -> _Metric:
     """``metric.labels(*label_values)``, looked up once per label set (labels() locks and
     builds its key on every call; the hot path needs only the child)."""
     key = (metric, label_values)
@@ -108,10 +114,10 @@ def _series(metric, *label_values: str):
         if len(_children) > 100_000:  # label sets follow tenants x models: bounded anyway
             _children.clear()
         child = _children[key] = metric.labels(*label_values)
-    return child
+    return cast(_Metric, child)  # labels() returns a child of the metric's own class
 
 
-def _redis_client():
+def _redis_client() -> redis.Redis:
     """One client (one connection pool) for the process: ``ops.redis_client()`` makes a new
     pool, hence a new connection, on every call."""
     global _redis

@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from redis.exceptions import RedisError
@@ -125,9 +127,10 @@ async def handle(request: Request, kind: str) -> Response:
     return StreamingResponse(_relay(answer, books), media_type="text/event-stream", headers=headers)
 
 
-async def _relay(answer: Upstream, books: _Books):
+async def _relay(answer: Upstream, books: _Books) -> AsyncIterator[bytes]:
     """The adapter's events to the client; the books close whatever way the stream ends."""
     try:
+        assert answer.events is not None, "only a streamed answer is relayed"
         async for event in answer.events:
             yield event
     finally:
@@ -140,7 +143,7 @@ async def _relay(answer: Upstream, books: _Books):
         await asyncio.shield(closing)
 
 
-_closing: set[asyncio.Future] = set()
+_closing: set[asyncio.Future[None]] = set()
 
 
 async def _close_stream(answer: Upstream, books: _Books) -> None:
@@ -148,7 +151,8 @@ async def _close_stream(answer: Upstream, books: _Books) -> None:
         if answer.close is not None:
             await answer.close()
     finally:
-        status = books.call.extra.get("status", "ok")
+        call = books.call  # always opened before anything is streamed
+        status = call.extra.get("status", "ok") if call is not None else "ok"
         await books.close(status=status if answer.completed else "client_disconnect")
 
 
@@ -188,7 +192,9 @@ async def _parse(
     )
 
 
-async def _resolve_cache(identity: Identity, body: dict, request: Request) -> CacheView | None:
+async def _resolve_cache(
+    identity: Identity, body: dict[str, Any], request: Request
+) -> CacheView | None:
     reference = body.pop("cache", None) or request.headers.get("x-cacheplane-cache")
     if reference is None:
         return None

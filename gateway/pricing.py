@@ -9,10 +9,11 @@ chosen.
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
 from cachetools import TTLCache
@@ -20,16 +21,27 @@ from cachetools import TTLCache
 from billing.pricing import Cost, UsageCounts, gpu_cost, token_cost
 
 RATES_CACHE_SECONDS = 60.0
-_MISSING = object()
-# Read from the event loop and from metering threads: guarded by _lock.
-_rates: TTLCache = TTLCache(maxsize=10_000, ttl=RATES_CACHE_SECONDS)
-_lock = threading.Lock()
 Rates = tuple[Callable[[UsageCounts, Any], Cost], Any]
+
+
+class _Missing(enum.Enum):
+    """A cache miss (None is a cached answer: no price); an enum so `is` narrows the type."""
+
+    MISSING = enum.auto()
+
+
+_MISSING = _Missing.MISSING
+# Read from the event loop and from metering threads: guarded by _lock.
+_rates: TTLCache[tuple[str, str, str], Rates | None] = TTLCache(
+    maxsize=10_000, ttl=RATES_CACHE_SECONDS
+)
+_lock = threading.Lock()
 
 
 def rates_cached(provider: str, model: str, pool: str) -> Rates | None:
     """(cost function, rates) of the price in force now, cached (None: no price); sync."""
     key = (provider, model, pool)
+    cached: Rates | None | Literal[_Missing.MISSING]
     with _lock:
         cached = _rates.get(key, _MISSING)
     if cached is not _MISSING:
@@ -56,6 +68,7 @@ def rates_cached(provider: str, model: str, pool: str) -> Rates | None:
 
 async def rates(provider: str, model: str, pool: str) -> Rates | None:
     """:func:`rates_cached` without blocking the loop on a cache miss."""
+    cached: Rates | None | Literal[_Missing.MISSING]
     with _lock:
         cached = _rates.get((provider, model, pool), _MISSING)
     if cached is not _MISSING:

@@ -99,7 +99,9 @@ return 1
 
 _KINDS = {1: "requests", 2: "tokens", 3: "concurrent requests", 4: "tokens"}
 # Event-loop only: key id → its limits and its tenant's.
-_limits = SingleFlightCache(maxsize=50_000, ttl=REFRESH_SECONDS)
+_limits: SingleFlightCache[str, CallerLimits] = SingleFlightCache(
+    maxsize=50_000, ttl=REFRESH_SECONDS
+)
 
 
 @dataclass

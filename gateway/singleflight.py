@@ -7,20 +7,23 @@ thundering herd of identical queries every refresh interval).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
 
 from cachetools import TTLCache
 
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
 
-class SingleFlightCache:
+
+class SingleFlightCache(Generic[_K, _V]):
     """A TTL cache for the event loop whose misses are loaded once per key."""
 
     def __init__(self, *, maxsize: int, ttl: float) -> None:
-        self._values: TTLCache = TTLCache(maxsize=maxsize, ttl=ttl)
-        self._loading: dict[Any, asyncio.Future] = {}
+        self._values: TTLCache[_K, _V] = TTLCache(maxsize=maxsize, ttl=ttl)
+        self._loading: dict[_K, asyncio.Future[_V]] = {}
 
-    async def get(self, key: Any, load: Callable[[], Awaitable[Any]], *, fresh: bool = False):
+    async def get(self, key: _K, load: Callable[[], Awaitable[_V]], *, fresh: bool = False) -> _V:
         if not fresh:
             try:
                 return self._values[key]

@@ -33,7 +33,9 @@ class Pool:
         self.transport = httpx.AsyncHTTPTransport(limits=limits)
         self.client = httpx.AsyncClient(timeout=timeout, transport=self.transport)
 
-    async def post(self, url: str, *, json: dict, headers: dict) -> httpx.Response:
+    async def post(
+        self, url: str, *, json: dict[str, Any], headers: dict[str, str]
+    ) -> httpx.Response:
         """Send; the response's body is not read yet (``aread``/``aiter_bytes``, ``aclose``)."""
         parsed = _urls.get(url)
         if parsed is None:  # workers x paths: a handful, parsed once rather than per request
@@ -75,9 +77,10 @@ def parse_sse_event(event: bytes) -> dict[str, Any] | None:
             if payload == b"[DONE]":
                 return None
             try:
-                return json.loads(payload)
+                event_json: dict[str, Any] | None = json.loads(payload)
             except ValueError:
                 return None
+            return event_json
     return None
 
 

@@ -38,7 +38,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -214,7 +214,7 @@ def reserve_args(
     return keys, [hold_id, str(amount_micros), str(now_ms), str(now_ms + int(ttl_seconds * 1000))]
 
 
-def reserve_outcome(reply: list[Any], periods: list[PeriodView]) -> Refusal | None | bool:
+def reserve_outcome(reply: list[Any], periods: list[PeriodView]) -> Refusal | None | Literal[False]:
     """None: held; a Refusal; False: a period is not loaded (load and retry)."""
     status = int(reply[0])
     if status in (1, 2):

@@ -12,7 +12,7 @@ from gateway.directory import REFRESH_SECONDS, CacheView, directory
 from gateway.errors import GatewayError
 
 ADAPTERS: dict[str, Adapter] = {"vllm": VllmAdapter(), "vertex": VertexAdapter()}
-_registered: TTLCache = TTLCache(maxsize=10_000, ttl=REFRESH_SECONDS)  # event loop only
+_registered: TTLCache[str, bool] = TTLCache(maxsize=10_000, ttl=REFRESH_SECONDS)  # event loop
 
 
 def _registered_anywhere(model: str) -> bool:

@@ -23,11 +23,15 @@ import math
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from cachetools import TTLCache
 from django.conf import settings
+
+if TYPE_CHECKING:
+    from google import genai
+    from google.genai import types as genai_types
 
 from gateway.adapters.base import (
     CHARS_PER_TOKEN_ESTIMATE,
@@ -89,7 +93,7 @@ _FINISH = {
     "PROHIBITED_CONTENT": "content_filter",
     "SPII": "content_filter",
 }
-_cache_tokens: TTLCache = TTLCache(maxsize=50_000, ttl=60)  # event loop only
+_cache_tokens: TTLCache[str, int] = TTLCache(maxsize=50_000, ttl=60)  # event loop only
 
 
 def _text(content: Any, where: str) -> str:
@@ -105,7 +109,7 @@ def _text(content: Any, where: str) -> str:
     return "".join(parts)
 
 
-def _contents(call: Call) -> tuple[list, str | None]:
+def _contents(call: Call) -> tuple[list[genai_types.Content], str | None]:
     from google.genai import types
 
     body = call.body
@@ -117,7 +121,7 @@ def _contents(call: Call) -> tuple[list, str | None]:
             prompt = prompt[0]
         return [types.Content(role="user", parts=[types.Part(text=prompt)])], None
     system: list[str] = []
-    contents: list = []
+    contents: list[genai_types.Content] = []
     names: dict[str, str] = {}
     for i, message in enumerate(body["messages"]):
         role = message.get("role")
@@ -179,7 +183,9 @@ def _contents(call: Call) -> tuple[list, str | None]:
     return contents, ("\n".join(system) if system else None)
 
 
-def _tools(body: dict[str, Any]):
+def _tools(
+    body: dict[str, Any],
+) -> tuple[genai_types.ToolListUnion | None, genai_types.ToolConfig | None]:
     from google.genai import types
 
     tools = body.get("tools")
@@ -204,16 +210,17 @@ def _tools(body: dict[str, Any]):
             )
         )
     choice = body.get("tool_choice", "auto")
-    mode, allowed = "AUTO", None
+    modes = types.FunctionCallingConfigMode
+    mode, allowed = modes.AUTO, None
     if choice == "none":
-        mode = "NONE"
+        mode = modes.NONE
     elif choice == "required":
-        mode = "ANY"
+        mode = modes.ANY
     elif isinstance(choice, dict):
         name = (choice.get("function") or {}).get("name")
         if choice.get("type") != "function" or not isinstance(name, str):
             raise refuse("tool_choice", "Vertex")
-        mode, allowed = "ANY", [name]
+        mode, allowed = modes.ANY, [name]
     elif choice != "auto":
         raise refuse("tool_choice", "Vertex")
     config = types.ToolConfig(
@@ -365,7 +372,15 @@ class VertexAdapter:
         result.events = self._relay(call, stream, first, rid, created, result)
         return result
 
-    async def _relay(self, call, stream, first, rid, created, result) -> AsyncIterator[bytes]:
+    async def _relay(
+        self,
+        call: Call,
+        stream: AsyncIterator[genai_types.GenerateContentResponse],
+        first: genai_types.GenerateContentResponse | None,
+        rid: str,
+        created: int,
+        result: Upstream,
+    ) -> AsyncIterator[bytes]:
         obj = "chat.completion.chunk" if call.kind == "chat" else "text_completion"
         streamed_chars = 0
         finish = "stop"
@@ -413,11 +428,11 @@ class VertexAdapter:
         result.completed = True
 
 
-def _sse(payload: dict) -> bytes:
+def _sse(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
-def _candidate(chunk: Any, index: int = 0) -> tuple[str, list[dict], str | None]:
+def _candidate(chunk: Any, index: int = 0) -> tuple[str, list[dict[str, Any]], str | None]:
     candidates = getattr(chunk, "candidates", None) or []
     if len(candidates) <= index:
         return "", [], None
@@ -533,7 +548,7 @@ def upstream_error(exc: Exception) -> GatewayError:
     return GatewayError(502, "upstream_error", f"Vertex AI {exc.code}: {message}")
 
 
-async def _client_for(call: Call):
+async def _client_for(call: Call) -> genai.Client:
     """The genai client of the cache's scope (or the tenant's), from cached scopes."""
     from caches.providers.vertex import vertex_client
     from gateway.directory import directory

@@ -143,7 +143,9 @@ class VllmAdapter:
                 preferred=None,
             )[:MAX_FAILOVER]
             meter_extra["predicted_hit"] = candidates[0].name in cache.placement
-            meter_extra["available_tokens"] = len(cache.prefix_message["content"]) // 4
+            prefix = cache.prefix_message
+            assert prefix is not None, "a vLLM cache always records its prefix message"
+            meter_extra["available_tokens"] = len(prefix["content"]) // 4
             hit = meter_extra["predicted_hit"]
             meter_extra["routed_tokens"] = meter_extra["available_tokens"] if hit else 0
         else:
@@ -280,7 +282,8 @@ def reshape_error(status: int, raw: bytes, headers: httpx.Headers) -> GatewayErr
     payload = _json_or_none(raw)
     message, param = f"The worker answered {status}.", None
     if isinstance(payload, dict):
-        inner = payload.get("error") if isinstance(payload.get("error"), dict) else payload
+        error = payload.get("error")
+        inner = error if isinstance(error, dict) else payload
         if isinstance(inner.get("message"), str):
             message = inner["message"][:2000]
         if isinstance(inner.get("param"), str):
@@ -300,7 +303,7 @@ def reshape_error(status: int, raw: bytes, headers: httpx.Headers) -> GatewayErr
 
 
 async def _send(
-    candidates: list[WorkerView], path: str, body: dict, headers: dict
+    candidates: list[WorkerView], path: str, body: dict[str, Any], headers: dict[str, str]
 ) -> tuple[WorkerView, httpx.Response]:
     """Send to the first candidate that accepts a connection (failover on connect errors)."""
     last_error = "no candidate"

@@ -9,7 +9,7 @@ from gateway.models import RateLimit
 _LIMIT_HELP = "Null: unlimited."
 
 
-class RateLimitOut(serializers.ModelSerializer):
+class RateLimitOut(serializers.ModelSerializer[RateLimit]):
     api_key = serializers.UUIDField(source="api_key_id", allow_null=True, read_only=True)
 
     class Meta:
@@ -27,7 +27,7 @@ class RateLimitOut(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class RateLimitUpdateInput(serializers.Serializer):
+class RateLimitUpdateInput(serializers.Serializer[None]):
     requests_per_minute = serializers.IntegerField(
         required=False, allow_null=True, min_value=1, help_text=_LIMIT_HELP
     )

@@ -32,7 +32,7 @@ class _ByCreated(CursorPagination):
 
 
 @extend_schema(tags=["gateway"])
-class RateLimitViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+class RateLimitViewSet(TenantScopedMixin, viewsets.GenericViewSet[RateLimit]):
     """Requests/min, tokens/min, concurrency and fair-share weight, per tenant or key."""
 
     audit_entity = "gateway.rate_limit"

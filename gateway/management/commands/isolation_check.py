@@ -9,22 +9,23 @@ cannot time them either). Exits non-zero on failure.
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 import httpx
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 
 class Command(BaseCommand):
     help = "Prove that identical prompts of two tenants never share cached blocks."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--url", required=True, help="gateway base URL (without /v1)")
         parser.add_argument("--model", required=True)
         parser.add_argument("--key-a", required=True, help="API key of tenant A")
         parser.add_argument("--key-b", required=True, help="API key of tenant B")
         parser.add_argument("--blocks", type=int, default=8, help="prompt length in 64-char blocks")
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         nonce = secrets.token_hex(8)
         prompt = f"[isolation-check {nonce}] " + "The quick brown fox jumps. " * (
             options["blocks"] * 3
