@@ -45,7 +45,11 @@ def worker_key(worker: str) -> str:
 
 
 def apply_events(
-    client: Any, *, worker: str, events: Iterable[dict[str, Any]], mediums: tuple = ("GPU", None)
+    client: Any,
+    *,
+    worker: str,
+    events: Iterable[dict[str, Any]],
+    mediums: tuple[str | None, ...] = ("GPU", None),
 ) -> int:
     """Apply decoded KV events (``workers.engine.kv_events.decode_batch`` dicts) for ``worker``.
 

@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 import zmq
@@ -79,7 +80,7 @@ def endpoints_for(*, endpoint_field: str, base_url: str) -> tuple[str, str | Non
 @dataclass
 class _Stream:
     source: Source
-    sub: zmq.Socket
+    sub: zmq.Socket[bytes]
     last: int | None = None
     last_ts: float = 0.0
     synced: bool = False
@@ -89,7 +90,9 @@ class _Stream:
 class KVIndexer:
     """Owns the ZMQ sockets (one thread) and writes the index through a sync Redis client."""
 
-    def __init__(self, *, redis: object, context: zmq.Context | None = None) -> None:
+    def __init__(
+        self, *, redis: object, context: zmq.Context[zmq.Socket[bytes]] | None = None
+    ) -> None:
         self.redis = redis
         self.ctx = context or zmq.Context.instance()
         self.streams: dict[str, _Stream] = {}
@@ -180,7 +183,12 @@ class KVIndexer:
         self._apply(stream, seq, decoded)
         return 1
 
-    def _apply(self, stream: _Stream, seq: int, decoded: tuple | None) -> None:
+    def _apply(
+        self,
+        stream: _Stream,
+        seq: int,
+        decoded: tuple[float, list[dict[str, Any]], int | None] | None,
+    ) -> None:
         if decoded is None:
             self._reset(stream, reason="undecodable")
             stream.last = seq

@@ -33,7 +33,11 @@ def queue_read(pipe: Any) -> None:
 
 
 def parse_read(
-    inflight: dict, beats: dict, *, now: float, workers: Sequence[str] | None = None
+    inflight: dict[bytes, bytes],
+    beats: dict[bytes, bytes],
+    *,
+    now: float,
+    workers: Sequence[str] | None = None,
 ) -> tuple[dict[str, int], list[bytes]]:
     """``(fleet in-flight per worker, fields of dead replicas)`` from :func:`queue_read`."""
     live = {_s(r) for r, stamp in beats.items() if now - float(stamp) <= REPLICA_TTL}

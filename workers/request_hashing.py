@@ -35,7 +35,7 @@ MEMO_BLOCKS = 200_000
 # (algo, seed, salt, parent digest, block tokens) -> digest. Traffic shares prefixes (that
 # is why it is routed by them), so most blocks of a request were hashed before: a dict
 # lookup instead of CBOR + SHA-256 in Python keeps the hot path under a millisecond.
-_memo: OrderedDict[tuple, bytes] = OrderedDict()
+_memo: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
 
 
 def _reference_tokenize(body: dict[str, Any], kind: str) -> list[int] | None:

@@ -8,13 +8,16 @@ or leaving moves only the keys it wins or held.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from typing import TypeVar
 
 T = TypeVar("T")
 
 
-def rendezvous_order(key: str, workers: Iterable[T], *, name=lambda w: w.name) -> list[T]:
+def rendezvous_order(
+    key: str, workers: Iterable[T], *, name: Callable[[T], object] = attrgetter("name")
+) -> list[T]:
     """Workers ordered by their hash weight for ``key`` (first = preferred)."""
 
     def weight(worker: T) -> int:
@@ -24,6 +27,12 @@ def rendezvous_order(key: str, workers: Iterable[T], *, name=lambda w: w.name) -
     return sorted(workers, key=weight, reverse=True)
 
 
-def placement_for(key: str, workers: Sequence[T], replicas: int, **kw) -> list[T]:
+def placement_for(
+    key: str,
+    workers: Sequence[T],
+    replicas: int,
+    *,
+    name: Callable[[T], object] = attrgetter("name"),
+) -> list[T]:
     """The ``replicas`` preferred workers for ``key``."""
-    return rendezvous_order(key, workers, **kw)[: max(1, replicas)]
+    return rendezvous_order(key, workers, name=name)[: max(1, replicas)]

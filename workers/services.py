@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import httpx
 from django.db import transaction
@@ -118,7 +119,9 @@ class WorkerProbeFailed(Exception):
     """A worker answered, but not like a vLLM server (bad status, not Prometheus text)."""
 
 
-def _scrape(*, worker: Worker, client: httpx.Client) -> tuple[dict[str, float | str], dict]:
+def _scrape(
+    *, worker: Worker, client: httpx.Client
+) -> tuple[dict[str, float | str], dict[str, Any]]:
     """GET /health and /metrics; the snapshot and capacity fields, or WorkerProbeFailed /
     httpx.HTTPError. Parsing is fully done before anything is assigned to the worker."""
     health = client.get(f"{worker.base_url}/health")
@@ -128,7 +131,7 @@ def _scrape(*, worker: Worker, client: httpx.Client) -> tuple[dict[str, float | 
     if metrics.status_code != 200:
         raise WorkerProbeFailed(f"/metrics answered {metrics.status_code}")
     snapshot: dict[str, float | str] = {}
-    capacity: dict = {}
+    capacity: dict[str, Any] = {}
     try:
         for family in text_string_to_metric_families(metrics.text):
             for sample in family.samples:
@@ -234,7 +237,7 @@ def workers_probe_all(*, client: httpx.Client | None = None) -> list[Worker]:
     return probed
 
 
-def _hit_rate(metrics: dict) -> float | None:
+def _hit_rate(metrics: dict[str, Any]) -> float | None:
     queries = metrics.get("vllm:prefix_cache_queries_total") or 0
     return (
         round((metrics.get("vllm:prefix_cache_hits_total") or 0) / queries, 4) if queries else None
