@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from caches.models import CacheObject, CacheOperation, CacheTransition, Provider, TtlPolicy
 
 
-class ToolInput(serializers.Serializer):
+class ToolInput(serializers.Serializer[None]):
     name = serializers.RegexField(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
     description = serializers.CharField(max_length=4000, required=False, allow_blank=True)
     parameters = serializers.DictField(required=False)
 
 
-class DocumentInput(serializers.Serializer):
+class DocumentInput(serializers.Serializer[None]):
     id = serializers.CharField(max_length=200)
     chunk = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False, default=0)
     text = serializers.CharField(required=False, allow_blank=False, trim_whitespace=False)
@@ -21,21 +23,22 @@ class DocumentInput(serializers.Serializer):
     mime_type = serializers.CharField(max_length=100, required=False)
     etag = serializers.CharField(max_length=200, required=False)
 
-    def validate(self, attrs: dict) -> dict:
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("text" in attrs) == ("uri" in attrs):
             raise serializers.ValidationError("Give exactly one of text or uri.")
         return attrs
 
 
-class ContentInput(serializers.Serializer):
+class ContentInput(serializers.Serializer[None]):
     system_instruction = serializers.CharField(
         required=False, allow_blank=True, trim_whitespace=False
     )
-    tools = ToolInput(many=True, required=False, max_length=512)
-    documents = DocumentInput(many=True, required=False, max_length=10_000)
+    # many=True makes a ListSerializer, which takes max_length; the stubs' __init__ lacks it.
+    tools = ToolInput(many=True, required=False, max_length=512)  # type: ignore[call-arg]
+    documents = DocumentInput(many=True, required=False, max_length=10_000)  # type: ignore[call-arg]
 
 
-class CacheCreateInput(serializers.Serializer):
+class CacheCreateInput(serializers.Serializer[None]):
     name = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
     provider = serializers.ChoiceField(choices=Provider.choices)
     model = serializers.CharField(max_length=200)
@@ -52,33 +55,33 @@ class CacheCreateInput(serializers.Serializer):
     )
 
 
-class CacheExtendInput(serializers.Serializer):
+class CacheExtendInput(serializers.Serializer[None]):
     ttl_seconds = serializers.IntegerField()
 
 
-class CachePolicyInput(serializers.Serializer):
+class CachePolicyInput(serializers.Serializer[None]):
     ttl_policy = serializers.ChoiceField(choices=TtlPolicy.choices)
     ttl_seconds = serializers.IntegerField(required=False)
     prewarm_cron = serializers.CharField(required=False, allow_blank=True, max_length=100)
 
 
-class LintInput(serializers.Serializer):
+class LintInput(serializers.Serializer[None]):
     content = ContentInput()
 
 
-class LintFindingOut(serializers.Serializer):
+class LintFindingOut(serializers.Serializer[dict[str, Any]]):
     kind = serializers.CharField()
     location = serializers.CharField()
     snippet = serializers.CharField()
     advice = serializers.CharField()
 
 
-class LintOut(serializers.Serializer):
+class LintOut(serializers.Serializer[dict[str, Any]]):
     findings = LintFindingOut(many=True)
     content_digest = serializers.CharField()
 
 
-class CacheOut(serializers.ModelSerializer):
+class CacheOut(serializers.ModelSerializer[CacheObject]):
     class Meta:
         model = CacheObject
         fields = [
@@ -116,7 +119,7 @@ class CacheDetailOut(CacheOut):
         read_only_fields = fields
 
 
-class OperationOut(serializers.ModelSerializer):
+class OperationOut(serializers.ModelSerializer[CacheOperation]):
     cache = serializers.UUIDField(source="cache_id")
 
     class Meta:
@@ -136,7 +139,7 @@ class OperationOut(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class TransitionOut(serializers.ModelSerializer):
+class TransitionOut(serializers.ModelSerializer[CacheTransition]):
     class Meta:
         model = CacheTransition
         fields = ["from_state", "to_state", "reason", "at"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -12,7 +14,7 @@ from caches import selectors
 from caches.api import serializers as s
 from caches.content import CacheContent
 from caches.errors import CacheNotFound, InvalidContent
-from caches.models import CacheState, Provider
+from caches.models import CacheObject, CacheState, Provider
 from caches.services import lifecycle
 from controlplane.api.tenancy import TenantScopedMixin
 from controlplane.api.validation import validated
@@ -26,7 +28,7 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
 )
 
 
-def _content_dict(data: dict) -> dict:
+def _content_dict(data: dict[str, Any]) -> dict[str, Any]:
     return {
         "system_instruction": data.get("system_instruction", ""),
         "tools": [dict(t) for t in data.get("tools", [])],
@@ -35,7 +37,7 @@ def _content_dict(data: dict) -> dict:
 
 
 @extend_schema(tags=["caches"])
-class CacheViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+class CacheViewSet(TenantScopedMixin, viewsets.GenericViewSet[CacheObject]):
     """Cache objects of a tenant."""
 
     audit_entity = "caches.cache"
@@ -52,7 +54,7 @@ class CacheViewSet(TenantScopedMixin, viewsets.GenericViewSet):
     }
     serializer_class = s.CacheOut
 
-    def _cache(self, cache_id: str):
+    def _cache(self, cache_id: str) -> CacheObject:
         cache = selectors.cache_get(tenant=self.tenant, cache_id=cache_id)
         if cache is None:
             raise CacheNotFound("No such cache.")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from django.conf import settings
 
 from caches.models import CacheObject, Provider, TenantCacheSettings
@@ -10,7 +12,7 @@ from caches.providers.vertex import VertexProvider, VertexScope
 from caches.providers.vllm import VllmProvider
 
 
-def vertex_scope_for_tenant(tenant_id: object) -> VertexScope:
+def vertex_scope_for_tenant(tenant_id: UUID | str) -> VertexScope:
     """The tenant's own project when configured, else the deployment default."""
     own = TenantCacheSettings.objects.filter(tenant_id=tenant_id).first()
     if own is not None and own.vertex_project:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
 
@@ -26,6 +28,7 @@ from caches.providers.base import (
 
 if TYPE_CHECKING:
     from google import genai
+    from google.genai import types as genai_types
 
     from caches.models import CacheObject
 
@@ -42,6 +45,7 @@ class VertexScope:
     credentials_file: str = ""
 
 
+_T = TypeVar("_T")
 _clients: dict[VertexScope, genai.Client] = {}
 _clients_lock = threading.Lock()
 
@@ -133,7 +137,7 @@ def _translate(exc: Exception) -> Exception:
     return exc
 
 
-def _content_config(content: CacheContent) -> dict:
+def _content_config(content: CacheContent) -> dict[str, Any]:
     """The cache content as google-genai types (the SDK serializes them to the wire)."""
     from google.genai import types
 
@@ -146,7 +150,7 @@ def _content_config(content: CacheContent) -> dict:
             parts.append(
                 types.Part(text=f'<document id="{doc.id}" chunk="{doc.chunk}">\n{doc.text}')
             )
-    config: dict = {}
+    config: dict[str, Any] = {}
     if parts:
         config["contents"] = [types.Content(role="user", parts=parts)]
     if canonical.system_instruction:
@@ -166,7 +170,7 @@ def _content_config(content: CacheContent) -> dict:
     return config
 
 
-def _remote_state(remote) -> RemoteState:
+def _remote_state(remote: genai_types.CachedContent) -> RemoteState:
     expire = remote.expire_time
     if expire is not None and expire.tzinfo is None:
         expire = expire.replace(tzinfo=UTC)
@@ -194,7 +198,7 @@ class VertexProvider:
         for listing in self.list_ours():
             if listing.display_name == wanted:
                 name = listing.remote_name
-                remote = self._call(lambda n=name: self.client.caches.get(name=n))
+                remote = self._call(partial(self.client.caches.get, name=name))
                 return _remote_state(remote)
         return None
 
@@ -205,7 +209,11 @@ class VertexProvider:
         config = _content_config(CacheContent.from_dict(cache.content))
         config["display_name"] = display_name(cache)
         config["ttl"] = f"{cache.ttl_seconds}s"
-        remote = self._call(lambda: self.client.caches.create(model=cache.model, config=config))
+        # The SDK validates a dict holding its own pydantic types (Content, Tool); the stubs'
+        # CreateCachedContentConfigDict only admits their dict forms.
+        remote = self._call(
+            lambda: self.client.caches.create(model=cache.model, config=config)  # type: ignore[arg-type]
+        )
         return _remote_state(remote)
 
     def refresh(self, cache: CacheObject, *, ttl_seconds: int) -> RemoteState:
@@ -237,11 +245,14 @@ class VertexProvider:
         for remote in self._call(lambda: list(pager)):
             if (remote.display_name or "").startswith(prefix):
                 state = _remote_state(remote)
-                found.append(RemoteListing(remote.name, remote.display_name, state.expire_at))
+                # A listed cache always has a name, and this one a display name (the prefix).
+                found.append(
+                    RemoteListing(remote.name or "", remote.display_name or "", state.expire_at)
+                )
         return found
 
     @staticmethod
-    def _call(fn):
+    def _call(fn: Callable[[], _T]) -> _T:
         try:
             return fn()
         except Exception as exc:

@@ -16,7 +16,7 @@ the tenant's ``cache_salt``:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from django.conf import settings
@@ -54,7 +54,7 @@ class VllmProvider:
             headers["Authorization"] = f"Bearer {settings.CACHEPLANE_VLLM_API_KEY}"
         return headers
 
-    def _warm(self, worker: Worker, cache: CacheObject, request_id: str) -> dict:
+    def _warm(self, worker: Worker, cache: CacheObject, request_id: str) -> dict[str, Any]:
         body = {
             "model": cache.model,
             "messages": [prefix_message(cache)],

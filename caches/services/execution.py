@@ -10,7 +10,8 @@ creation adopts the remote cache carrying our display name; vLLM warming is a re
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -254,7 +255,7 @@ def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
     operation_finish(op, OperationStatus.SUCCEEDED)
 
 
-def _creation_book(op: CacheOperation, cache: CacheObject, now) -> None:
+def _creation_book(op: CacheOperation, cache: CacheObject, now: datetime) -> None:
     """Book the write of the cached tokens (billing; one ledger row per operation) and,
     for economic caches, count the creation as a use of the content (the autopilot)."""
     from billing.services.usage import cache_creation_record
@@ -279,7 +280,9 @@ def _creation_book(op: CacheOperation, cache: CacheObject, now) -> None:
     )
 
 
-def _pin_record(*, cache: CacheObject, before: dict, fields: list[str], reason: str) -> None:
+def _pin_record(
+    *, cache: CacheObject, before: dict[str, Any], fields: list[str], reason: str
+) -> None:
     """Save a pin's result; audit and timeline only what changed (usually nothing)."""
     cache.save(update_fields=sorted({*fields, "updated_at"}))
     after = {"placement": list(cache.placement or []), "token_count": cache.token_count}
@@ -305,7 +308,7 @@ def _pin_record(*, cache: CacheObject, before: dict, fields: list[str], reason: 
     )
 
 
-def next_refresh_time(cache: CacheObject, now):
+def next_refresh_time(cache: CacheObject, now: datetime) -> datetime | None:
     """When the scheduler should look at this cache again.
 
     vLLM caches are re-probed every pin interval (keeping blocks recently used so LRU

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
+from typing import cast
 
 from django.db import transaction
 from django.utils import timezone
@@ -31,7 +32,8 @@ def cache_hits_flush() -> int:
         if "no such key" in str(exc).lower():
             return 0
         raise
-    raw = client.hgetall(batch_key)
+    # The client does not decode responses (the default): fields and values are bytes.
+    raw = cast("dict[bytes, bytes]", client.hgetall(batch_key))
     counts: dict[str, dict[str, int]] = defaultdict(lambda: {"count": 0, "tokens": 0})
     for field, value in raw.items():
         cache_id, _, kind = field.decode().rpartition(":")

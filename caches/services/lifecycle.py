@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from croniter import croniter
 from django.conf import settings
@@ -48,6 +48,9 @@ from caches.services.locks import cache_lock
 from caches.services.transitions import cache_transition
 from tenants.actor import Actor
 from tenants.models import Tenant
+
+if TYPE_CHECKING:
+    from billing.models import BudgetReservation
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ def validate_cron(expression: str) -> str:
     return expression
 
 
-def next_cron_time(expression: str, after=None):
+def next_cron_time(expression: str, after: datetime | None = None) -> datetime | None:
     if not expression:
         return None
     return croniter(expression, after or timezone.now()).get_next(type(timezone.now()))
@@ -265,7 +268,7 @@ def _reserve_storage(
     content: CacheContent,
     ttl: int,
     cache_id: uuid.UUID,
-):
+) -> BudgetReservation | None:
     """Hold the storage cost of the requested TTL on the tenant's budgets (402 if over).
 
     Unpriced models (and vLLM pools without a GPU price) hold nothing.

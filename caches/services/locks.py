@@ -35,10 +35,12 @@ does not move.
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from caches.models import CacheObject, CacheOperation
 
 
-def cache_lock(*, cache_id: object) -> CacheObject:
+def cache_lock(*, cache_id: UUID | str) -> CacheObject:
     """Lock one cache row (level 2) and return it with its tenant loaded, unlocked.
 
     Raises ``CacheObject.DoesNotExist`` when the row is gone.
@@ -53,7 +55,7 @@ def cache_lock(*, cache_id: object) -> CacheObject:
 
 
 def operation_lock(
-    *, operation_id: object, skip_locked: bool = False
+    *, operation_id: UUID | str, skip_locked: bool = False
 ) -> tuple[CacheObject, CacheOperation] | None:
     """Lock an operation's cache (level 2) and then the operation (level 3).
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -185,7 +185,7 @@ def _adopt(cache: CacheObject, provider: VertexProvider) -> int:
     return 1
 
 
-def operations_requeue_stuck(*, now=None) -> int:
+def operations_requeue_stuck(*, now: datetime | None = None) -> int:
     """Re-enqueue open operations whose lease lapsed or that never started."""
     now = now or timezone.now()
     stale_pending = now - timedelta(seconds=settings.CACHEPLANE_OPERATION_LEASE_SECONDS)

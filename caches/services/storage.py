@@ -27,7 +27,7 @@ BATCH = 5000
 
 
 def _accrue_one(cache: CacheObject, *, start: datetime, end: datetime) -> int:
-    if end <= start:
+    if end <= start or cache.token_count is None:  # the sweep selects counted caches only
         return 0
     try:
         return len(
@@ -80,6 +80,8 @@ def cache_storage_accrue_recent(
         batches += 1
         last_pk = caches[-1].pk
         for cache in caches:
+            if cache.activated_at is None:  # the query selects activated caches only
+                continue
             start = max(cache.activated_at, hour_floor(since))
             end = min(cache.ended_at or now, now)
             rows += _accrue_one(cache, start=start, end=end)

@@ -147,6 +147,7 @@ def kms_key_name_from(fields: Mapping[str, Any], location: str) -> str | None:
         "encryption_spec.kms_key_name must look like "
         "projects/{p}/locations/{l}/keyRings/{r}/cryptoKeys/{k}.",
     )
+    assert isinstance(key, str)  # checked by require() above
     # Spec §1.9: CMEK is supported for context caches, but not through the global endpoint.
     require(
         location != "global",

@@ -85,6 +85,7 @@ class CachedContentService:
         fields = normalize_cached_content(body)
         model_value = fields.get("model")
         require(isinstance(model_value, str) and bool(model_value), "model is required.")
+        assert isinstance(model_value, str)  # checked by require() above
         model = parse_model_name(model_value)
         if model is None:
             # The SDK always expands the model to this form (spec §1.2); raw callers must too.
