@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from django.core.asgi import get_asgi_application
 
@@ -21,7 +23,11 @@ from gateway.app import app as gateway_app  # noqa: E402
 GATEWAY_PREFIX = "/v1/"
 
 
-async def http_router(scope, receive, send) -> None:
+async def http_router(
+    scope: dict[str, Any],
+    receive: Callable[[], Awaitable[dict[str, Any]]],
+    send: Callable[[Mapping[str, Any]], Awaitable[None]],
+) -> None:
     """The OpenAI-compatible data plane (``/v1/...``) bypasses Django's middleware stack;
     everything else is the Django control plane."""
     if scope["path"].startswith(GATEWAY_PREFIX):

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
-from typing import TypedDict
+from typing import Any, TypedDict
 
-from celery import Celery
+from celery import Celery, Task
 from celery.schedules import crontab
 from celery.signals import before_task_publish, task_postrun, task_prerun
 
@@ -29,7 +29,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 
 
 # One schedule for the whole deployment; each entry says why it runs at its cadence.
-BEAT_SCHEDULE: dict[str, dict] = {
+BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # Workers announce liveness for /readyz and the console; 30 s keeps the signal fresh
     # while costing one Redis SETEX per worker per period.
     "controlplane-worker-heartbeat": {
@@ -131,7 +131,7 @@ app.autodiscover_tasks(
 
 
 @before_task_publish.connect
-def _propagate_request_id(headers: dict | None = None, **_: object) -> None:
+def _propagate_request_id(headers: dict[str, object] | None = None, **_: object) -> None:
     """Carry the publishing request's id to the task so its logs and audit rows match."""
     from controlplane.request_context import get_request_id
 
@@ -140,15 +140,18 @@ def _propagate_request_id(headers: dict | None = None, **_: object) -> None:
 
 
 @task_prerun.connect
-def _bind_request_id(task=None, **_: object) -> None:
+def _bind_request_id(task: Task[Any, Any] | None = None, **_: object) -> None:
     from controlplane.request_context import sanitize_request_id, set_request_id
 
-    incoming = getattr(task.request, "cacheplane_request_id", None) if task else None
-    task.request.cacheplane_token = set_request_id(sanitize_request_id(incoming))
+    if task is None:  # task_prerun always names its task
+        return
+    incoming = getattr(task.request, "cacheplane_request_id", None)
+    # The request context takes arbitrary attributes; the stubs declare only Celery's own.
+    task.request.cacheplane_token = set_request_id(sanitize_request_id(incoming))  # type: ignore[attr-defined]
 
 
 @task_postrun.connect
-def _unbind_request_id(task=None, **_: object) -> None:
+def _unbind_request_id(task: Task[Any, Any] | None = None, **_: object) -> None:
     from controlplane.request_context import reset_request_id
 
     token = getattr(task.request, "cacheplane_token", None) if task else None

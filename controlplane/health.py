@@ -24,7 +24,7 @@ def readyz(request: HttpRequest) -> JsonResponse:
     """Database, Redis and broker reachable; otherwise 503 naming what failed."""
     checks = ops.readiness()
     failed = {name: reason for name, reason in checks.items() if reason}
-    body = {
+    body: dict[str, object] = {
         "status": "ok" if not failed else "unavailable",
         "checks": {name: (reason or "ok") for name, reason in checks.items()},
     }

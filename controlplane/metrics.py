@@ -100,5 +100,5 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         )
     else:
         source = _WithoutTenantLabels(registry)
-    page = prometheus_client.generate_latest(source)  # type: ignore[arg-type]
+    page = prometheus_client.generate_latest(source)
     return HttpResponse(page, content_type=prometheus_client.CONTENT_TYPE_LATEST)

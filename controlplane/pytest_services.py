@@ -11,14 +11,20 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-_services = None
+if TYPE_CHECKING:
+    from controlplane.embedded import EmbeddedServices
+
+_services: EmbeddedServices | None = None
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config, parser, args) -> None:
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> None:
     global _services
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return  # the controller already exported the URLs
@@ -34,7 +40,7 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     os.environ.update(_services.start())
 
 
-def pytest_unconfigure(config) -> None:
+def pytest_unconfigure(config: pytest.Config) -> None:
     global _services
     if _services is not None:
         _services.stop()

@@ -5,20 +5,29 @@ do and the generic admin forms would not; operators change them through the API,
 console or the CLI.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from django.contrib import admin
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest
+
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[Any]  # the base of every model's admin, hence Any
+else:
+    _ModelAdmin = admin.ModelAdmin  # not subscriptable at runtime
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request) -> bool:
+class ReadOnlyAdmin(_ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         queryset = super().get_queryset(request)
         # all_tenants: the Django admin is a platform tool (superusers only) that lists
         # every tenant's rows; tenant-owned managers refuse unscoped queries otherwise.

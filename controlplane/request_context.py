@@ -33,11 +33,11 @@ def get_request_id() -> str | None:
     return _request_id.get()
 
 
-def set_request_id(value: str | None) -> Token:
+def set_request_id(value: str | None) -> Token[str | None]:
     """Bind ``value`` as the current request id; pass the token to ``reset_request_id``."""
     return _request_id.set(value)
 
 
-def reset_request_id(token: Token) -> None:
+def reset_request_id(token: Token[str | None]) -> None:
     """Restore the request id that was current before ``set_request_id``."""
     _request_id.reset(token)

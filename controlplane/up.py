@@ -19,7 +19,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from controlplane.embedded import EmbeddedServiceError, EmbeddedServices, free_port
+from controlplane.embedded import (
+    EmbeddedPostgres,
+    EmbeddedRedis,
+    EmbeddedServiceError,
+    EmbeddedServices,
+    free_port,
+)
 from controlplane.env import ConfigError, parse_database_url, parse_redis_url
 
 
@@ -30,7 +36,7 @@ class Child:
     name: str
     argv: list[str]
     log_path: Path
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
 
     def start(self, env: dict[str, str]) -> None:
         log = self.log_path.open("ab")
@@ -365,8 +371,8 @@ def _register_demo_worker() -> None:
     )
 
 
-def _ownership(service: object | None) -> str:
-    if service is None or getattr(service, "owned", True):
+def _ownership(service: EmbeddedPostgres | EmbeddedRedis | None) -> str:
+    if service is None or service.owned or service.ownership is None:
         return ""
     return f" (attached; owned by pid {service.ownership.info.get('owner_pid')})"
 

@@ -10,7 +10,7 @@ from audit.models import Outcome
 from audit.services import audit_record
 from tenants.actor import Actor, AuthMethod, client_ip
 from tenants.errors import ApiKeyRejected
-from tenants.models import Tenant
+from tenants.models import ApiKey, Principal, Tenant
 from tenants.services.throttling import api_key_authenticate_throttled
 
 
@@ -55,7 +55,7 @@ class ApiKeyAuthentication(BaseAuthentication):
 
     keyword = b"bearer"
 
-    def authenticate(self, request: Request):
+    def authenticate(self, request: Request) -> tuple[Principal, ApiKey] | None:
         header = get_authorization_header(request).split()
         if not header or header[0].lower() != self.keyword:
             return None
@@ -91,7 +91,7 @@ try:  # Documents the scheme in the OpenAPI schema.
         target_class = "controlplane.api.authentication.ApiKeyAuthentication"
         name = "apiKey"
 
-        def get_security_definition(self, auto_schema):
+        def get_security_definition(self, auto_schema: object) -> dict[str, str]:
             return {
                 "type": "http",
                 "scheme": "bearer",

@@ -35,7 +35,7 @@ _DRF_CODES: dict[type[exceptions.APIException], str] = {
 }
 
 
-def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict:
+def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build the error envelope (also used by plain Django views and middleware)."""
     return {
         "error": {
@@ -59,12 +59,13 @@ def _validation_message(detail: Any) -> str:
     return str(detail)
 
 
-def api_exception_handler(exc: Exception, context: dict) -> Response | None:
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF exception handler producing the one error shape."""
     if isinstance(exc, DomainError):
         response = Response(error_body(exc.code, exc.message, exc.details), status=exc.http_status)
-        if getattr(exc, "retry_after", None):  # e.g. too_many_failures (429)
-            response["Retry-After"] = str(exc.retry_after)
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after:  # e.g. too_many_failures (429)
+            response["Retry-After"] = str(retry_after)
         return response
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
@@ -79,8 +80,9 @@ def api_exception_handler(exc: Exception, context: dict) -> Response | None:
         else:
             body = error_body(code, str(exc.detail))
         response = Response(body, status=exc.status_code)
-        if isinstance(exc, exceptions.Throttled) and exc.wait:
-            response["Retry-After"] = str(int(exc.wait))
+        wait = getattr(exc, "wait", None)  # Throttled sets it; the stubs do not declare it
+        if isinstance(exc, exceptions.Throttled) and wait:
+            response["Retry-After"] = str(int(wait))
         auth_header = getattr(exc, "auth_header", None)
         if auth_header:
             response["WWW-Authenticate"] = auth_header

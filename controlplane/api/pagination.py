@@ -7,12 +7,20 @@ timestamp fails in the ORM, a NUL fails in PostgreSQL).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError
+from django.db.models import QuerySet
 from rest_framework import exceptions
-from rest_framework.pagination import CursorPagination
+from rest_framework.pagination import Cursor, CursorPagination
+from rest_framework.request import Request
+from rest_framework.views import APIView
 
 from controlplane.strict_json import StrictJsonError, check_value
+
+_Row = TypeVar("_Row")
 
 
 class InvalidCursor(exceptions.ParseError):
@@ -30,7 +38,7 @@ class DefaultCursorPagination(CursorPagination):
     max_page_size = 500
     ordering = "-created_at"
 
-    def decode_cursor(self, request):
+    def decode_cursor(self, request: Request) -> Cursor | None:
         try:
             cursor = super().decode_cursor(request)
         except exceptions.NotFound:
@@ -42,7 +50,12 @@ class DefaultCursorPagination(CursorPagination):
                 raise InvalidCursor() from None
         return cursor
 
-    def paginate_queryset(self, queryset, request, view=None):
+    def paginate_queryset(
+        self,
+        queryset: QuerySet[Any, _Row] | Sequence[_Row],
+        request: Request,
+        view: APIView | None = None,
+    ) -> list[_Row] | None:
         # The position is compared with the ordering column; a value that column cannot
         # hold fails when the filter is built or run.
         try:

@@ -11,7 +11,8 @@ sees it.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import IO, Any
 
 from django.conf import settings
 from rest_framework import exceptions, status
@@ -58,7 +59,12 @@ def read_bounded(stream: Any, *, limit: int | None) -> bytes:
 class StrictJSONParser(JSONParser):
     """``application/json`` bodies through ``loads_strict`` (depth, NUL, surrogates, NaN)."""
 
-    def parse(self, stream, media_type=None, parser_context=None) -> Any:
+    def parse(
+        self,
+        stream: IO[Any],
+        media_type: str | None = None,
+        parser_context: Mapping[str, Any] | None = None,
+    ) -> Any:
         raw = read_bounded(stream, limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
         if not raw.strip():
             # DRF treats an empty body as "no data"; so do we (not an error).

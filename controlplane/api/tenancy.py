@@ -9,6 +9,8 @@ permission to ``tenants.access.access_tenant`` before the action runs, and sets
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, NoReturn
+
 from rest_framework.request import Request
 
 from tenants.access import (
@@ -23,8 +25,17 @@ from tenants.models import ApiKey, Tenant
 
 __all__ = ["MEMBER", "ActionPermissionMixin", "PlatformMixin", "TenantScopedMixin"]
 
+if TYPE_CHECKING:
+    from rest_framework.generics import GenericAPIView
 
-class ActionPermissionMixin:
+    # What the mixins are mixed into (a DRF generic view of any model); at runtime they
+    # stay plain classes, so the views' method resolution order is unchanged.
+    _View = GenericAPIView[Any]
+else:
+    _View = object
+
+
+class ActionPermissionMixin(_View):
     """Maps each viewset action to one permission and one audit action name."""
 
     #: ``{action: permission}``; an action missing here is denied (deny by default).
@@ -33,7 +44,8 @@ class ActionPermissionMixin:
     audit_entity: str = ""
 
     def action_name(self) -> str:
-        return getattr(self, "action", None) or self.request.method.lower()
+        action: str | None = getattr(self, "action", None)
+        return action or (self.request.method or "").lower()
 
     def required_permission(self) -> str | None:
         return self.action_permissions.get(self.action_name())
@@ -44,7 +56,7 @@ class ActionPermissionMixin:
     def audit_action(self) -> str:
         return f"{self.audit_entity}.{self.action_name()}"
 
-    def _refuse_unmapped(self, tenant: Tenant | None) -> None:
+    def _refuse_unmapped(self, tenant: Tenant | None) -> NoReturn:
         """An action missing from ``action_permissions`` is refused (deny by default)."""
         access_refused(
             actor=self.actor(),
@@ -67,7 +79,7 @@ class TenantScopedMixin(ActionPermissionMixin):
     tenant: Tenant
     held: frozenset[str]
 
-    def initial(self, request: Request, *args, **kwargs) -> None:
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # authentication first
         permission = self.required_permission()
         grant = access_tenant(
@@ -88,7 +100,7 @@ class TenantScopedMixin(ActionPermissionMixin):
 class PlatformMixin(ActionPermissionMixin):
     """For views under ``/api/v1/platform/``: platform permissions, session auth only."""
 
-    def initial(self, request: Request, *args, **kwargs) -> None:
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
         permission = self.required_permission()
         if permission is None:
