@@ -5,6 +5,16 @@ from __future__ import annotations
 import pytest
 
 
+def pytest_configure(config) -> None:
+    """Hash test users' passwords cheaply (see tests/hashers.py); production keeps Django's."""
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = [
+        "tests.hashers.FewIterationsPBKDF2PasswordHasher",
+        *settings.PASSWORD_HASHERS,
+    ]
+
+
 @pytest.fixture
 def redis_flush():
     """A clean Redis database for tests that assert on keys."""
