@@ -108,7 +108,6 @@ def vertex(settings):
         settings.CACHEPLANE_VERTEX_STATIC_TOKEN = "test-token"
         settings.CACHEPLANE_VERTEX_PROJECT = "p1"
         settings.CACHEPLANE_VERTEX_LOCATION = "us-central1"
-        settings.CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY = 0.01
         settings.CACHEPLANE_PROVIDER_TIMEOUT_SECONDS = 10
         forget_clients()
         emulator.base_url = base_url

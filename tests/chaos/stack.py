@@ -49,7 +49,6 @@ class ChaosStack:
                 "CACHEPLANE_VERTEX_STATIC_TOKEN": "test-token",
                 "CACHEPLANE_VERTEX_PROJECT": "p1",
                 "CACHEPLANE_VERTEX_LOCATION": "us-central1",
-                "CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY": "0.01",
                 # A dead worker's operation is requeued after 3 s (the lease) at most.
                 "CACHEPLANE_OPERATION_LEASE_SECONDS": "3",
                 # A usage batch whose flush died (PostgreSQL went away mid-flush) is claimed
