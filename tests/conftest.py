@@ -1,8 +1,57 @@
-"""Shared fixtures."""
+"""Shared fixtures, and the guard that the suite never rewrites tracked files."""
 
 from __future__ import annotations
 
+import hashlib
+import subprocess
+from pathlib import Path
+
 import pytest
+
+_REPO = Path(__file__).resolve().parent.parent
+
+
+def _tracked_changes() -> tuple[str, list[str]] | None:
+    """A digest of every tracked file's difference from HEAD, and those files (None: no git)."""
+    try:
+        diff = subprocess.run(
+            ["git", "diff", "HEAD", "--no-ext-diff", "--binary"],
+            cwd=_REPO,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        names = subprocess.run(
+            ["git", "diff", "HEAD", "--name-only"],
+            cwd=_REPO,
+            capture_output=True,
+            check=True,
+            text=True,
+            timeout=60,
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return hashlib.sha256(diff).hexdigest(), names
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_TRACKED] = _tracked_changes()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when a test changed a tracked file (outputs belong in tmp_path)."""
+    before = session.config.stash.get(_TRACKED, None)
+    after = _tracked_changes()
+    if before is None or after is None or before[0] == after[0]:
+        return
+    changed = sorted(set(after[1]) ^ set(before[1])) or after[1]
+    writer = session.config.get_terminal_writer()
+    writer.line()
+    writer.line(f"FAILED: the tests rewrote tracked files: {', '.join(changed)}", red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_TRACKED = pytest.StashKey[tuple[str, list[str]] | None]()
 
 
 @pytest.fixture
@@ -159,7 +208,7 @@ def fresh_gateway():
 
     directory.forget()
     forget_identities()
-    prefix_index._entries.clear()
+    prefix_index.clear()
     from gateway import budget, pricing, ratelimit
     from gateway.adapters import registry
 

@@ -81,6 +81,11 @@ def principal_permissions(*, principal: Principal | None, tenant: Tenant | None)
     return principal_held(principal=principal, tenant=tenant).permissions
 
 
+def principal_permissions_forget(principal: Principal) -> None:
+    """Drop the per-object cache (after this principal's bindings changed)."""
+    principal.__dict__.pop(_CACHE_ATTR, None)
+
+
 def authorize(*, principal: Principal | None, permission: str, tenant: Tenant | None) -> bool:
     """True when ``principal`` holds ``permission`` at ``tenant`` (None = platform).
 
