@@ -516,6 +516,20 @@ def _flush_batch(batch_key: str, result: FlushResult) -> None:
     result.batch_keys.append(batch_key)
 
 
+def usage_batch_claim(*, batch_size: int, now: float | None = None) -> str | None:
+    """Move up to ``batch_size`` queued messages into a new claimed batch; its key, or None
+    when the queue is empty.
+
+    The claim is stamped ``now`` (default: the current time); a batch still claimed a lease
+    later belongs to a flush that died, and the next flush recovers it.
+    """
+    queue, claims = _keys()
+    batch_key = f"{queue}:batch:{uuid.uuid4().hex}"
+    stamp = time.time() if now is None else now
+    claim = ops.redis_client().register_script(_CLAIM_SCRIPT)
+    return batch_key if claim(keys=[queue, batch_key, claims], args=[batch_size, stamp]) else None
+
+
 def usage_flush(*, batch_size: int | None = None, max_batches: int | None = None) -> FlushResult:
     """Drain the usage queue into the ledger and rollups, at most ``max_batches`` batches.
 
@@ -545,10 +559,9 @@ def usage_flush(*, batch_size: int | None = None, max_batches: int | None = None
                 # retried once per lease (and alerted on through the logs).
                 logger.exception("billing: a recovered usage batch failed", extra={"batch": key})
                 client.zadd(claims, {key: time.time()})
-        claim = client.register_script(_CLAIM_SCRIPT)
         while result.batches < max_batches:
-            batch_key = f"{queue}:batch:{uuid.uuid4().hex}"
-            if not claim(keys=[queue, batch_key, claims], args=[batch_size, time.time()]):
+            batch_key = usage_batch_claim(batch_size=batch_size)
+            if batch_key is None:
                 break
             _flush_batch(batch_key, result)
     finally:

@@ -148,7 +148,7 @@ class ChaosStack:
         assert self.postgres is not None
         data = self.postgres.data_dir
         # The library runs the server as an unprivileged user when we are root.
-        user = getattr(self.postgres._server, "system_user", None)
+        user = self.postgres.system_user
         pg_ctl(["-m", "fast", "-w", "stop"], pgdata=data, user=user, timeout=30)
         pg_ctl(
             ["-w", "-o", f'-h "" -k {data}', "-l", str(data / "restart.log"), "start"],
