@@ -17,8 +17,10 @@ import uuid
 from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
+from cachetools import TTLCache
 
 REFRESH_SECONDS = 2.0
+_MISSING = object()  # a cached None means "no such cache"
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,10 @@ class Directory:
     loaded_at: float = 0.0
     inflight: dict[str, int] = field(default_factory=dict)
     _refreshing: asyncio.Lock | None = None
-    _caches: dict[tuple[str, str], tuple[float, CacheView | None]] = field(default_factory=dict)
-    _scopes: dict[str, tuple[float, object]] = field(default_factory=dict)
+    # Event loop only. (tenant, name or id) → the live cache (None: no such cache), and
+    # tenant → its Vertex scope, each for REFRESH_SECONDS, least recently used out first.
+    _caches: TTLCache = field(default_factory=lambda: TTLCache(maxsize=50_000, ttl=REFRESH_SECONDS))
+    _scopes: TTLCache = field(default_factory=lambda: TTLCache(maxsize=10_000, ttl=REFRESH_SECONDS))
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # This process's name in the fleet's load state (pod name in Kubernetes).
     replica: str = field(
@@ -112,24 +116,22 @@ class Directory:
 
     async def cache(self, tenant_id: str, reference: str) -> CacheView | None:
         key = (tenant_id, reference)
-        entry = self._caches.get(key)
-        if entry is not None and time.monotonic() - entry[0] < REFRESH_SECONDS:
-            return entry[1]
+        cached = self._caches.get(key, _MISSING)
+        if cached is not _MISSING:
+            return cached
         view = await sync_to_async(_load_cache, thread_sensitive=False)(tenant_id, reference)
-        if len(self._caches) > 50_000:
-            self._caches.clear()
-        self._caches[key] = (time.monotonic(), view)
+        self._caches[key] = view
         return view
 
     async def tenant_vertex_scope(self, tenant_id: str):
         """The tenant's Vertex project/location/credentials, cached like caches are."""
-        entry = self._scopes.get(tenant_id)
-        if entry is not None and time.monotonic() - entry[0] < REFRESH_SECONDS:
-            return entry[1]
+        cached = self._scopes.get(tenant_id, _MISSING)
+        if cached is not _MISSING:
+            return cached
         from caches.providers.registry import vertex_scope_for_tenant
 
         scope = await sync_to_async(vertex_scope_for_tenant, thread_sensitive=False)(tenant_id)
-        self._scopes[tenant_id] = (time.monotonic(), scope)
+        self._scopes[tenant_id] = scope
         return scope
 
     def forget(self) -> None:
