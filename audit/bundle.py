@@ -79,11 +79,6 @@ class ExportFilters:
     action: str | None = None
     outcome: str | None = None
 
-    @property
-    def selects_subset(self) -> bool:
-        """Whether actor/action/outcome narrow the events beyond the time range."""
-        return bool(self.actor or self.action or self.outcome)
-
     def to_json(self) -> dict[str, Any]:
         return {
             "since": self.since.isoformat() if self.since else None,

@@ -25,11 +25,6 @@ from audit.signing import ALGORITHM, KeySet, public_key_load, public_key_pem
 from tenants.models import Tenant
 
 
-def audit_event_list(*, tenant: Tenant) -> QuerySet[AuditEvent]:
-    """One tenant's events, newest first."""
-    return AuditEvent.objects.filter(tenant=tenant).order_by("-occurred_at", "-seq")
-
-
 def audit_event_record(event: AuditEvent) -> dict[str, Any]:
     """The canonical record of an event (what its hash covers, plus the hash)."""
     return {

@@ -69,7 +69,3 @@ class TtlNotOffered(ValidationFailed):
     """The provider sells no cache with that TTL (Anthropic: 5 minutes or 1 hour only)."""
 
     code = "ttl_not_offered"
-
-
-class ReservationClosed(Conflict):
-    code = "reservation_closed"

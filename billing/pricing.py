@@ -109,10 +109,6 @@ def line_micros(tokens: int, rate_per_mtok: Decimal) -> int:
     return div_half_even(tokens * scaled(rate_per_mtok), SCALE)
 
 
-def usd_to_micros(usd: Decimal) -> int:
-    return round_micros(usd * MICROS_PER_USD)
-
-
 def _micro_seconds(seconds: Decimal) -> int:
     return int(seconds.scaleb(6).to_integral_value(rounding=ROUND_HALF_EVEN))
 
@@ -272,9 +268,6 @@ class PoolRates:
 
     def prefill_micros(self, tokens: int) -> int:
         return nanos_to_micros(self.prefill_nanos(tokens))
-
-    def decode_micros(self, tokens: int) -> int:
-        return nanos_to_micros(self.decode_nanos(tokens))
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.kv_block_tokens)  # ceil: a partial block occupies a block

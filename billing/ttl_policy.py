@@ -18,7 +18,8 @@ callers of the older interface.
   ``rate > margin × storage / (miss − hit)``, the break-even rate — it sets how long an
   extension lasts before the next look.)
 * **Budget pressure.** When the tenant has used ``near_budget`` (default 90 %) of a
-  budget, TTLs are cut to ``short_ttl`` and new pins are refused.
+  budget, TTLs are cut to ``short_ttl_seconds`` and the decision says
+  ``allow_new_pins=False`` (advice: no caller refuses pins on it yet).
 
 Money is ``Decimal`` micro-USD (rates in USD per 1M tokens × tokens); the query rate is
 a float estimate by nature and is converted to ``Decimal`` before it meets money.

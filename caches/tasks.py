@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 
 from caches.providers.base import TransientProviderError
 from controlplane.celery import TRANSIENT_RETRY_POLICY
@@ -11,7 +12,8 @@ from controlplane.celery import TRANSIENT_RETRY_POLICY
 @shared_task(
     name="caches.tasks.cache_operation_execute_task",
     autoretry_for=(TransientProviderError,),
-    **TRANSIENT_RETRY_POLICY,
+    # The operation row bounds the attempts (its last run fails it attempts_exhausted).
+    **(TRANSIENT_RETRY_POLICY | {"max_retries": settings.CACHEPLANE_OPERATION_MAX_ATTEMPTS}),
 )
 def cache_operation_execute_task(operation_id: str) -> None:
     """Run one attempt of a cache operation (no-op if it is finished or held elsewhere)."""
@@ -61,8 +63,6 @@ def cache_reconcile_vertex_scope_task(project: str, location: str) -> None:
 
 
 def _batch() -> int:
-    from django.conf import settings
-
     return settings.CACHEPLANE_SWEEP_BATCH
 
 

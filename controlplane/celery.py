@@ -108,8 +108,6 @@ BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 }
 
 
-# Retry policy for tasks that call providers: transient errors only, exponential
-# backoff with jitter, bounded attempts. Tasks pass these as keyword arguments.
 class RetryPolicy(TypedDict):
     retry_backoff: int
     retry_backoff_max: int
@@ -117,6 +115,13 @@ class RetryPolicy(TypedDict):
     max_retries: int
 
 
+# The one retry policy for calls that leave the system (providers, webhooks), stated in
+# the README (Development, Code health): a call is one HTTP request (the google-genai
+# client is built with attempts=1, httpx does not retry); a transient error fails the task
+# run and Celery runs it again after 2 s x 2^n (at most 60 s), full jitter. The durable
+# bound is the row's attempt counter: a cache operation's (CACHEPLANE_OPERATION_MAX_ATTEMPTS,
+# its task retries that many times so Celery never gives up first), an alert's webhook
+# attempts (6). Tasks without a row (reconciliation) stop after ``max_retries``.
 TRANSIENT_RETRY_POLICY: RetryPolicy = {
     "retry_backoff": 2,
     "retry_backoff_max": 60,

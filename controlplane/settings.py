@@ -424,18 +424,18 @@ CACHEPLANE_VERTEX_LOCATION = env_str("CACHEPLANE_VERTEX_LOCATION", "us-central1"
 # A static bearer token (emulators only); unset: Application Default Credentials.
 CACHEPLANE_VERTEX_STATIC_TOKEN = env_str("CACHEPLANE_VERTEX_STATIC_TOKEN", "") or ""
 CACHEPLANE_VERTEX_DISPLAY_PREFIX = env_str("CACHEPLANE_VERTEX_DISPLAY_PREFIX", "cacheplane-") or ""
+# No "adopt": a remote whose record is still creating it is always adopted; one that no
+# record claims has no tenant to be adopted into (the value was accepted and did "report").
 CACHEPLANE_RECONCILE_ORPHANS = env_choice(
-    "CACHEPLANE_RECONCILE_ORPHANS", "report", ("report", "adopt", "delete")
+    "CACHEPLANE_RECONCILE_ORPHANS", "report", ("report", "delete")
 )
 CACHEPLANE_VLLM_API_KEY = env_str("CACHEPLANE_VLLM_API_KEY", "") or ""
 CACHEPLANE_VLLM_PIN_REFRESH_SECONDS = env_int("CACHEPLANE_VLLM_PIN_REFRESH_SECONDS", 120, minimum=5)
 CACHEPLANE_PROVIDER_TIMEOUT_SECONDS = env_float(
     "CACHEPLANE_PROVIDER_TIMEOUT_SECONDS", 60.0, minimum=0.1
 )
-CACHEPLANE_PROVIDER_RETRY_ATTEMPTS = env_int("CACHEPLANE_PROVIDER_RETRY_ATTEMPTS", 4, minimum=1)
-CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY = env_float(
-    "CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY", 1.0, minimum=0.0
-)
+# Provider calls are not retried in the SDK: the operation row bounds its attempts and the
+# Celery task spaces them (controlplane.celery.TRANSIENT_RETRY_POLICY; README, Code health).
 CACHEPLANE_OPERATION_MAX_ATTEMPTS = env_int("CACHEPLANE_OPERATION_MAX_ATTEMPTS", 8, minimum=1)
 # A running operation whose worker died is re-enqueued once its lease lapses.
 CACHEPLANE_OPERATION_LEASE_SECONDS = env_int(

@@ -4,7 +4,7 @@ It supervises child processes (ASGI server, Celery worker, Celery beat, plus the
 providers) and the embedded PostgreSQL and Redis it owns, and stops all of them on
 Ctrl-C or when any of them dies, naming the dead one, so nothing is left running and the
 data stays for the next start. Other ``cacheplane`` commands run meanwhile on the same
-data dir attach to its embedded servers and never stop them (controlplane/embedded.py).
+data dir attach to its embedded servers and never stop them (controlplane/embedded/).
 """
 
 from __future__ import annotations

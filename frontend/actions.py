@@ -9,7 +9,7 @@ errors next to their fields and a 400.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from django import forms
 from django.contrib import messages
@@ -76,8 +76,3 @@ def no_store(response: HttpResponse) -> HttpResponse:
 def invalid(response: HttpResponse) -> HttpResponse:
     response.status_code = 400
     return response
-
-
-def context_forms(defaults: dict[str, Any], bound: dict[str, Any]) -> dict[str, Any]:
-    """Unbound default forms, overridden by the bound (invalid) ones being re-shown."""
-    return {**defaults, **bound}

@@ -23,7 +23,7 @@ from billing.services import budget_crud
 from caches import catalog
 from caches import selectors as cache_selectors
 from caches.content import CacheContent
-from caches.models import LIVE_STATES, Provider
+from caches.models import Provider
 from caches.services import lifecycle
 from controlplane.errors import DomainError
 from frontend import forms as f
@@ -345,7 +345,3 @@ def cache_evict(request: HttpRequest, cache_id) -> HttpResponse:
     form = blank_form()
     attempt(form, lambda: lifecycle.cache_evict(cache=cache, actor=actor(request)))
     return _cache_back(request, cache, form, f"Evicting {cache.name}.")
-
-
-def cache_is_live(state: str) -> bool:
-    return state in LIVE_STATES

@@ -10,19 +10,30 @@ Redis (``workers.load_state``) so every replica bounds the load of the whole fle
 from __future__ import annotations
 
 import asyncio
+import enum
 import os
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from asgiref.sync import sync_to_async
+from cachetools import TTLCache
 
 if TYPE_CHECKING:
     from caches.providers.vertex import VertexScope
 
 REFRESH_SECONDS = 2.0
+
+
+class _Missing(enum.Enum):
+    """A cache miss (a cached None means "no such cache"); an enum so `is` narrows."""
+
+    MISSING = enum.auto()
+
+
+_MISSING = _Missing.MISSING
 
 
 @dataclass(frozen=True)
@@ -59,8 +70,14 @@ class Directory:
     loaded_at: float = 0.0
     inflight: dict[str, int] = field(default_factory=dict)
     _refreshing: asyncio.Lock | None = None
-    _caches: dict[tuple[str, str], tuple[float, CacheView | None]] = field(default_factory=dict)
-    _scopes: dict[str, tuple[float, VertexScope]] = field(default_factory=dict)
+    # Event loop only. (tenant, name or id) → the live cache (None: no such cache), and
+    # tenant → its Vertex scope, each for REFRESH_SECONDS, least recently used out first.
+    _caches: TTLCache[tuple[str, str], CacheView | None] = field(
+        default_factory=lambda: TTLCache(maxsize=50_000, ttl=REFRESH_SECONDS)
+    )
+    _scopes: TTLCache[str, VertexScope] = field(
+        default_factory=lambda: TTLCache(maxsize=10_000, ttl=REFRESH_SECONDS)
+    )
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # This process's name in the fleet's load state (pod name in Kubernetes).
     replica: str = field(
@@ -116,24 +133,24 @@ class Directory:
 
     async def cache(self, tenant_id: str, reference: str) -> CacheView | None:
         key = (tenant_id, reference)
-        entry = self._caches.get(key)
-        if entry is not None and time.monotonic() - entry[0] < REFRESH_SECONDS:
-            return entry[1]
+        cached: CacheView | None | Literal[_Missing.MISSING] = self._caches.get(key, _MISSING)
+        if cached is not _MISSING:
+            return cached
         view = await sync_to_async(_load_cache, thread_sensitive=False)(tenant_id, reference)
-        if len(self._caches) > 50_000:
-            self._caches.clear()
-        self._caches[key] = (time.monotonic(), view)
+        self._caches[key] = view
         return view
 
     async def tenant_vertex_scope(self, tenant_id: str) -> VertexScope:
         """The tenant's Vertex project/location/credentials, cached like caches are."""
-        entry = self._scopes.get(tenant_id)
-        if entry is not None and time.monotonic() - entry[0] < REFRESH_SECONDS:
-            return entry[1]
+        cached_scope: VertexScope | Literal[_Missing.MISSING] = self._scopes.get(
+            tenant_id, _MISSING
+        )
+        if cached_scope is not _MISSING:
+            return cached_scope
         from caches.providers.registry import vertex_scope_for_tenant
 
         scope = await sync_to_async(vertex_scope_for_tenant, thread_sensitive=False)(tenant_id)
-        self._scopes[tenant_id] = (time.monotonic(), scope)
+        self._scopes[tenant_id] = scope
         return scope
 
     def forget(self) -> None:

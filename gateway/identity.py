@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
+from cachetools import TTLCache
 
 from controlplane.errors import DomainError
 
@@ -46,9 +47,12 @@ class Identity:
     user_agent: str = ""
 
 
-_identities: dict[str, tuple[float, Identity]] = {}
-_lock = threading.Lock()
 clock = time.monotonic
+# Key id → its admitted identity, for the same bound as the key cache (LRU past 10k keys).
+_identities: TTLCache[str, Identity] = TTLCache(
+    maxsize=10_000, ttl=KEY_CACHE_SECONDS, timer=lambda: clock()
+)
+_lock = threading.Lock()
 
 
 def _resolve(authenticated: AuthenticatedKey, source_ip: str | None, user_agent: str) -> Identity:
@@ -175,18 +179,15 @@ async def identify(
             status = 403 if rejected.code == "tenant_suspended" else 401
             raise GatewayError(status, rejected.code, rejected.message) from None
     key_id = str(authenticated.key.pk)
-    now = clock()
     with _lock:
-        entry = _identities.get(key_id)
-    if entry is not None and now - entry[0] < KEY_CACHE_SECONDS:
-        return entry[1]
+        cached = _identities.get(key_id)
+    if cached is not None:
+        return cached
     identity = await sync_to_async(_resolve, thread_sensitive=False)(
         authenticated, source_ip, user_agent
     )
     with _lock:
-        if len(_identities) > 10_000:
-            _identities.clear()
-        _identities[key_id] = (now, identity)
+        _identities[key_id] = identity
     return identity
 
 

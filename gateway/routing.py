@@ -114,6 +114,10 @@ class PrefixIndex:
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
 
+    def clear(self) -> None:
+        """Forget every prefix (a fresh gateway's state)."""
+        self._entries.clear()
+
     def forget_worker(self, worker: str) -> None:
         for key, held in list(self._entries.items()):
             if worker in held:
@@ -193,6 +197,10 @@ class PendingIndex:
             depth += 1
         return depth
 
+    def clear(self) -> None:
+        """Forget every recent route."""
+        self._entries.clear()
+
     def record(self, hashes: Sequence[int], worker: str, now: float) -> None:
         for h in hashes:
             self._entries[h] = (worker, now)
@@ -201,7 +209,9 @@ class PendingIndex:
             self._entries.popitem(last=False)
 
 
-_clients: dict[int, Any] = {}
+# id(loop) → (loop, client): a finished loop's id can be reused by a new loop, whose
+# client must not be the dead loop's (the loop itself is compared, as in hotpath_redis).
+_clients: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
 pending_index = PendingIndex()
 
 
@@ -229,14 +239,16 @@ def fleet_client() -> Any | None:
     url = _redis_url()
     if not url:
         return None
-    loop_id = id(asyncio.get_running_loop())
-    client = _clients.get(loop_id)
-    if client is None:
+    loop = asyncio.get_running_loop()
+    entry = _clients.get(id(loop))
+    if entry is None or entry[0] is not loop:
         import redis.asyncio
 
         client = redis.asyncio.Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=1.0)
-        _clients[loop_id] = client
-    return client
+        if len(_clients) > 16:  # loops of finished test servers
+            _clients.clear()
+        entry = _clients[id(loop)] = (loop, client)
+    return entry[1]
 
 
 async def publish_load(*, replica: str, worker: str, delta: int) -> None:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+from cachetools import LRUCache
 from django.conf import settings
 
 # httpcore's pool visits every pooled connection (a poll() on each idle socket) when a
@@ -17,7 +18,9 @@ from django.conf import settings
 POOL_SHARDS = 16
 MAX_CONNECTIONS = 1024
 MAX_KEEPALIVE_CONNECTIONS = 256
-_urls: dict[str, httpx.URL] = {}
+# Workers x paths: a handful, parsed once rather than per request (LRU: workers that
+# re-register on new ports many times over push the oldest out).
+_urls: LRUCache[str, httpx.URL] = LRUCache(maxsize=10_000)
 
 
 class Pool:
@@ -38,9 +41,7 @@ class Pool:
     ) -> httpx.Response:
         """Send; the response's body is not read yet (``aread``/``aiter_bytes``, ``aclose``)."""
         parsed = _urls.get(url)
-        if parsed is None:  # workers x paths: a handful, parsed once rather than per request
-            if len(_urls) > 10_000:  # workers re-registered on new ports, many times over
-                _urls.clear()
+        if parsed is None:
             parsed = _urls[url] = httpx.URL(url)
         request = self.client.build_request("POST", parsed, json=json, headers=headers)
         return await self.transport.handle_async_request(request)
@@ -60,13 +61,6 @@ def pool() -> Pool:
         )
         _pools.extend(Pool(timeout, limits) for _ in range(POOL_SHARDS))
     return _pools[next(_turn) % POOL_SHARDS]
-
-
-async def reset_client() -> None:
-    pools = list(_pools)
-    _pools.clear()
-    for closing in pools:
-        await closing.client.aclose()  # closes its transport too
 
 
 def parse_sse_event(event: bytes) -> dict[str, Any] | None:

@@ -1,8 +1,78 @@
-"""Shared fixtures."""
+"""Shared fixtures, and the guard that the suite never rewrites tracked files."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
+
+_REPO = Path(__file__).resolve().parent.parent
+
+
+def _tracked_changes() -> tuple[str, list[str]] | None:
+    """A digest of every tracked file's difference from HEAD, and those files (None: no git)."""
+    try:
+        diff = subprocess.run(
+            ["git", "diff", "HEAD", "--no-ext-diff", "--binary"],
+            cwd=_REPO,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        names = subprocess.run(
+            ["git", "diff", "HEAD", "--name-only"],
+            cwd=_REPO,
+            capture_output=True,
+            check=True,
+            text=True,
+            timeout=60,
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return hashlib.sha256(diff).hexdigest(), names
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_TRACKED] = _tracked_changes()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Report tracked files that changed during the run (outputs belong in tmp_path).
+
+    CI (``CACHEPLANE_TRACKED_FILES_GUARD=strict``, set by ``.ci/run``) fails the run; a
+    developer's checkout only warns, since its owner may edit or commit while tests run.
+    """
+    before = session.config.stash.get(_TRACKED, None)
+    after = _tracked_changes()
+    if before is None or after is None or before[0] == after[0]:
+        return
+    changed = sorted(set(after[1]) ^ set(before[1])) or after[1]
+    strict = os.environ.get("CACHEPLANE_TRACKED_FILES_GUARD") == "strict"
+    writer = session.config.get_terminal_writer()
+    writer.line()
+    writer.line(
+        f"{'FAILED' if strict else 'WARNING'}: tracked files changed during the test run: "
+        f"{', '.join(changed)}",
+        red=True,
+    )
+    if strict:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_TRACKED = pytest.StashKey[tuple[str, list[str]] | None]()
+
+
+def pytest_configure(config) -> None:
+    """Hash test users' passwords cheaply (see tests/hashers.py); production keeps Django's."""
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = [
+        "tests.hashers.FewIterationsPBKDF2PasswordHasher",
+        *settings.PASSWORD_HASHERS,
+    ]
 
 
 @pytest.fixture
@@ -108,7 +178,6 @@ def vertex(settings):
         settings.CACHEPLANE_VERTEX_STATIC_TOKEN = "test-token"
         settings.CACHEPLANE_VERTEX_PROJECT = "p1"
         settings.CACHEPLANE_VERTEX_LOCATION = "us-central1"
-        settings.CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY = 0.01
         settings.CACHEPLANE_PROVIDER_TIMEOUT_SECONDS = 10
         forget_clients()
         emulator.base_url = base_url
@@ -160,7 +229,7 @@ def fresh_gateway():
 
     directory.forget()
     forget_identities()
-    prefix_index._entries.clear()
+    prefix_index.clear()
     from gateway import budget, pricing, ratelimit
     from gateway.adapters import registry
 

@@ -6,6 +6,7 @@ import factory
 
 from tenants.actor import Actor
 from tenants.models import Principal, PrincipalKind, Role, RoleBinding, Tenant
+from tenants.services.authorization import principal_permissions_forget
 
 
 class TenantFactory(factory.django.DjangoModelFactory):
@@ -40,7 +41,7 @@ def bind(principal: Principal, role_name: str, tenant: Tenant | None, **kwargs) 
         name=role_name, tenant=tenant
     )
     binding = RoleBinding.objects.create(principal=principal, role=role, tenant=tenant, **kwargs)
-    principal.__dict__.pop("_cacheplane_permission_cache", None)
+    principal_permissions_forget(principal)
     return binding
 
 

@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.models import BudgetAlert, WebhookState
+from controlplane.outbound import DestinationRefused, IPAddress, address_is_public, post_pinned
 
 WEBHOOK_MAX_ATTEMPTS = 6
 SIGNATURE_HEADER = "X-Cacheplane-Signature"
@@ -66,30 +67,16 @@ def _record(alert_id: UUID | str, **fields: object) -> None:
         BudgetAlert.objects.all_tenants().filter(pk=alert_id).update(**fields)
 
 
-def webhook_destination_refused(url: str) -> str:
-    """Why a webhook may not be sent to ``url`` ("" when it may).
+def webhook_address_allowed(address: IPAddress) -> bool:
+    """Whether a webhook may connect to ``address``.
 
-    Unless ``CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE`` (the development default), every
-    address the host resolves to must be public: a tenant must not make the control plane
-    call its own network (server-side request forgery). The check runs just before the
-    POST; redirects are never followed.
+    Unless ``CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE`` (the development default), only
+    public addresses: a tenant must not make the control plane call its own network
+    (server-side request forgery). ``controlplane.outbound`` resolves the host once and
+    connects to the address checked here (no second resolution, no rebinding window);
+    redirects are never followed.
     """
-    import ipaddress
-    import socket
-    from urllib.parse import urlparse
-
-    if settings.CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE:
-        return ""
-    parsed = urlparse(url)
-    try:
-        infos = socket.getaddrinfo(parsed.hostname, parsed.port or 443, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError):
-        return "webhook host does not resolve"
-    for info in infos:
-        address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
-        if not address.is_global:
-            return f"webhook destination {address} is not a public address"
-    return ""
+    return settings.CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE or address_is_public(address)
 
 
 def budget_alert_deliver(*, alert: BudgetAlert) -> str:
@@ -115,25 +102,24 @@ def budget_alert_deliver(*, alert: BudgetAlert) -> str:
         "X-Cacheplane-Delivery": str(alert.pk),
     }
     attempts = alert.webhook_attempts + 1
-    refused = webhook_destination_refused(budget.webhook_url)
-    if refused:
+    try:
+        response = post_pinned(
+            budget.webhook_url,
+            content=body,
+            headers=headers,
+            timeout=settings.CACHEPLANE_BILLING_WEBHOOK_TIMEOUT_SECONDS,
+            allowed=webhook_address_allowed,
+        )
+        error = "" if response.is_success else f"HTTP {response.status_code}"
+        retryable = response.status_code >= 500 or response.status_code in _RETRYABLE_STATUS
+    except DestinationRefused as refused:
         _record(
             alert.pk,
             webhook_state=WebhookState.FAILED,
             webhook_attempts=attempts,
-            webhook_last_error=refused,
+            webhook_last_error=str(refused),
         )
         return WebhookState.FAILED
-    try:
-        response = httpx.post(
-            budget.webhook_url,
-            content=body,
-            headers=headers,
-            follow_redirects=False,
-            timeout=settings.CACHEPLANE_BILLING_WEBHOOK_TIMEOUT_SECONDS,
-        )
-        error = "" if response.is_success else f"HTTP {response.status_code}"
-        retryable = response.status_code >= 500 or response.status_code in _RETRYABLE_STATUS
     except httpx.HTTPError as exc:
         error, retryable = f"{type(exc).__name__}: {exc}"[:500], True
     if not error:

@@ -20,6 +20,7 @@ increments never deadlock or interleave.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -30,6 +31,7 @@ from typing import Any, cast
 import msgspec
 from django.conf import settings
 from django.db import connection, transaction
+from redis.exceptions import LockNotOwnedError
 
 from billing.errors import InvalidUsage
 from billing.models import Provider, UsageKind, UsageStatus
@@ -516,10 +518,18 @@ def _flush_batch(batch_key: str, result: FlushResult) -> None:
     result.batch_keys.append(batch_key)
 
 
-_RELEASE_SCRIPT = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
+def usage_batch_claim(*, batch_size: int, now: float | None = None) -> str | None:
+    """Move up to ``batch_size`` queued messages into a new claimed batch; its key, or None
+    when the queue is empty.
+
+    The claim is stamped ``now`` (default: the current time); a batch still claimed a lease
+    later belongs to a flush that died, and the next flush recovers it.
+    """
+    queue, claims = _keys()
+    batch_key = f"{queue}:batch:{uuid.uuid4().hex}"
+    stamp = time.time() if now is None else now
+    claim = ops.redis_client().register_script(_CLAIM_SCRIPT)
+    return batch_key if claim(keys=[queue, batch_key, claims], args=[batch_size, stamp]) else None
 
 
 def usage_flush(*, batch_size: int | None = None, max_batches: int | None = None) -> FlushResult:
@@ -535,8 +545,9 @@ def usage_flush(*, batch_size: int | None = None, max_batches: int | None = None
     client = ops.redis_client()
     queue, claims = _keys()
     result = FlushResult()
-    lock_key, token = f"{queue}:lock", uuid.uuid4().hex
-    if not client.set(lock_key, token, nx=True, ex=lease):
+    # redis-py's lock: a token per holder, released only by its holder, gone after lease.
+    lock = client.lock(f"{queue}:lock", timeout=lease, blocking=False)
+    if not lock.acquire():
         result.skipped = True
         return result
     try:
@@ -551,20 +562,15 @@ def usage_flush(*, batch_size: int | None = None, max_batches: int | None = None
                 # retried once per lease (and alerted on through the logs).
                 logger.exception("billing: a recovered usage batch failed", extra={"batch": key})
                 client.zadd(claims, {key: time.time()})
-        claim = client.register_script(_CLAIM_SCRIPT)
         while result.batches < max_batches:
-            batch_key = f"{queue}:batch:{uuid.uuid4().hex}"
-            if not claim(keys=[queue, batch_key, claims], args=[batch_size, time.time()]):
+            batch_key = usage_batch_claim(batch_size=batch_size)
+            if batch_key is None:
                 break
             _flush_batch(batch_key, result)
     finally:
-        client.register_script(_RELEASE_SCRIPT)(keys=[lock_key], args=[token])
+        with contextlib.suppress(LockNotOwnedError):  # the lease ran out; another run owns it
+            lock.release()
     return result
-
-
-def usage_queue_depth() -> int:
-    """Messages waiting for the next flush (for /metrics and the console)."""
-    return int(ops.redis_client().llen(queue_key()))
 
 
 def cache_creation_record(

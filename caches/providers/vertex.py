@@ -77,14 +77,11 @@ def _build_client(scope: VertexScope) -> genai.Client:
         credentials = google.oauth2.credentials.Credentials(
             token=settings.CACHEPLANE_VERTEX_STATIC_TOKEN
         )
-    retry = types.HttpRetryOptions(
-        attempts=settings.CACHEPLANE_PROVIDER_RETRY_ATTEMPTS,
-        initial_delay=settings.CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY,
-        max_delay=max(settings.CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY * 8, 0.01),
-        exp_base=2,
-        jitter=max(settings.CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY, 0.001),
-        http_status_codes=sorted(_TRANSIENT_CODES),
-    )
+    # One request per call: retries belong to the operation row and its Celery task
+    # (controlplane.celery.TRANSIENT_RETRY_POLICY); the gateway passes 429/503 and
+    # Retry-After to its client. attempts=1 also turns off the SDK's implicit retry of
+    # connection errors, which applies when no retry options are given.
+    retry = types.HttpRetryOptions(attempts=1)
     http_options = types.HttpOptions(
         api_version=settings.CACHEPLANE_VERTEX_API_VERSION,
         timeout=int(settings.CACHEPLANE_PROVIDER_TIMEOUT_SECONDS * 1000),
@@ -101,9 +98,17 @@ def _build_client(scope: VertexScope) -> genai.Client:
 
 
 def forget_clients() -> None:
-    """Drop cached clients (after settings or credentials change)."""
+    """Drop cached clients (after settings or credentials change) and close them.
+
+    Closes each client's synchronous connection pool. The async pools (``client.aio``, one
+    per event loop, used by the gateway) live as long as the gateway process: closing one
+    needs its own loop.
+    """
     with _clients_lock:
+        dropped = list(_clients.values())
         _clients.clear()
+    for client in dropped:
+        client.close()
 
 
 def display_name(cache: CacheObject) -> str:

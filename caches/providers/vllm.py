@@ -16,6 +16,7 @@ the tenant's ``cache_salt``:
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -42,11 +43,25 @@ def prefix_message(cache: CacheObject) -> dict[str, str]:
     return {"role": "system", "content": CacheContent.from_dict(cache.content).render_prefix()}
 
 
+_shared: httpx.Client | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_client() -> httpx.Client:
+    """The process's client for warming workers (thread-safe; lives as long as the process)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = httpx.Client()
+        return _shared
+
+
 class VllmProvider:
     """Warm, probe and unpin a cache's prefix on the worker pool serving its model."""
 
     def __init__(self, client: httpx.Client | None = None) -> None:
-        self.client = client or httpx.Client(timeout=settings.CACHEPLANE_PROVIDER_TIMEOUT_SECONDS)
+        # One pooled client per process rather than one per operation (never closed).
+        self.client = client or shared_client()
 
     def _headers(self, request_id: str) -> dict[str, str]:
         headers = {"X-Request-Id": request_id}
@@ -67,6 +82,7 @@ class VllmProvider:
                 f"{worker.base_url.rstrip('/')}/v1/chat/completions",
                 json=body,
                 headers=self._headers(request_id),
+                timeout=settings.CACHEPLANE_PROVIDER_TIMEOUT_SECONDS,
             )
         except httpx.TransportError as exc:
             raise TransientProviderError(f"worker {worker.name} unreachable: {exc}") from exc

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from audit.services import audit_record
 from audit.snapshot import diff, values_snapshot
+from caches.cron import next_cron_time
 from caches.models import (
     CacheObject,
     CacheOperation,
@@ -35,7 +36,6 @@ from caches.providers.base import (
     TransientProviderError,
 )
 from caches.providers.registry import provider_for
-from caches.services.lifecycle import next_cron_time
 from caches.services.locks import operation_lock
 from caches.services.transitions import cache_transition
 from tenants.actor import Actor

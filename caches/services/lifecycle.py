@@ -9,29 +9,22 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from croniter import croniter
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from audit.services import audit_record
 from audit.snapshot import EMPTY, diff, model_snapshot, values_snapshot
 from caches import catalog
-from caches.content import CacheContent, content_lint, gcs_bucket
+from caches.content import CacheContent, content_lint
+from caches.cron import next_cron_time, validate_cron
 from caches.errors import (
-    BelowMinimumTokens,
-    ContentTooLarge,
-    GcsUriNotAllowed,
     IdempotencyKeyReused,
     InvalidContent,
-    InvalidCron,
     InvalidState,
     InvalidTtl,
-    TtlBelowProviderMinimum,
-    UnknownModel,
 )
 from caches.models import (
     LIVE_STATES,
@@ -40,12 +33,12 @@ from caches.models import (
     CacheState,
     OperationKind,
     Provider,
-    TenantCacheSettings,
     TtlPolicy,
 )
 from caches.providers.registry import vertex_scope_for_tenant
 from caches.services.locks import cache_lock
 from caches.services.transitions import cache_transition
+from caches.services.validation import validate_content, validate_model, validate_ttl
 from tenants.actor import Actor
 from tenants.models import Tenant
 
@@ -81,101 +74,6 @@ def operation_enqueue(operation: CacheOperation) -> None:
     transaction.on_commit(lambda: cache_operation_execute_task.delay(str(operation.pk)))
 
 
-def validate_ttl(ttl_seconds: int, *, provider: str | None = None) -> int:
-    """Refuse a TTL outside the platform's range or below what ``provider`` accepts.
-
-    Raises InvalidTtl (``invalid_ttl``) or TtlBelowProviderMinimum
-    (``ttl_below_provider_minimum``), so nothing is recorded that the provider will refuse.
-    """
-    maximum = settings.CACHEPLANE_CACHE_MAX_TTL_SECONDS
-    if ttl_seconds <= 0 or ttl_seconds > maximum:
-        raise InvalidTtl(
-            f"ttl_seconds must be between 1 and {maximum} (the platform maximum).",
-            details={"maximum": maximum, "given": ttl_seconds},
-        )
-    minimum = catalog.PROVIDER_MIN_TTL_SECONDS.get(provider or "", 1)
-    if ttl_seconds < minimum:
-        raise TtlBelowProviderMinimum(
-            f"{provider} refuses a TTL under {minimum} seconds; asked for {ttl_seconds}.",
-            details={"minimum": minimum, "given": ttl_seconds, "provider": provider},
-        )
-    return ttl_seconds
-
-
-def validate_cron(expression: str) -> str:
-    if expression and not croniter.is_valid(expression):
-        raise InvalidCron(
-            f"{expression!r} is not a valid cron expression (5 fields: m h dom mon dow).",
-            details={"cron": expression},
-        )
-    return expression
-
-
-def next_cron_time(expression: str, after: datetime | None = None) -> datetime | None:
-    if not expression:
-        return None
-    return croniter(expression, after or timezone.now()).get_next(type(timezone.now()))
-
-
-def _validate_content(tenant: Tenant, spec: CacheSpec) -> CacheContent:
-    try:
-        content = CacheContent.from_dict(spec.content)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidContent(f"Malformed content: {exc}") from None
-    if not (content.system_instruction or content.tools or content.documents):
-        raise InvalidContent("The content is empty.")
-    for doc in content.documents:
-        if (doc.text is None) == (doc.uri is None):
-            raise InvalidContent(f"Document {doc.id}#{doc.chunk} needs exactly one of text, uri.")
-    size = content.inline_bytes()
-    if size > settings.CACHEPLANE_CACHE_MAX_CONTENT_BYTES:
-        raise ContentTooLarge(
-            f"Inline content is {size} bytes; the limit is "
-            f"{settings.CACHEPLANE_CACHE_MAX_CONTENT_BYTES}. Reference large documents by "
-            "gs:// URI.",
-            details={"bytes": size, "limit": settings.CACHEPLANE_CACHE_MAX_CONTENT_BYTES},
-        )
-    uris = content.gcs_uris()
-    if uris:
-        if spec.provider != Provider.VERTEX:
-            raise GcsUriNotAllowed("gs:// documents are supported on Vertex AI caches only.")
-        own = TenantCacheSettings.objects.filter(tenant=tenant).first()
-        allowed = set(own.gcs_bucket_allow_list) if own else set()
-        for uri in uris:
-            bucket = gcs_bucket(uri)
-            if bucket is None or bucket not in allowed:
-                raise GcsUriNotAllowed(
-                    f"{uri!r} is not in the tenant's bucket allow-list.",
-                    details={"uri": uri, "allowed_buckets": sorted(allowed)},
-                )
-    return content
-
-
-def _validate_model(spec: CacheSpec, content: CacheContent) -> None:
-    if spec.provider == Provider.VERTEX:
-        facts = catalog.VERTEX_MODELS.get(spec.model)
-        if facts is None:
-            raise UnknownModel(
-                f"Unknown Vertex model {spec.model!r}.",
-                details={"known": sorted(catalog.VERTEX_MODELS)},
-            )
-        estimate = catalog.vertex_token_estimate(content)
-        if estimate < facts.min_cache_tokens:
-            raise BelowMinimumTokens(
-                f"The content has about {estimate} tokens; {spec.model} caches only from "
-                f"{facts.min_cache_tokens} tokens.",
-                details={"minimum": facts.min_cache_tokens, "estimated_tokens": estimate},
-            )
-    elif spec.provider == Provider.VLLM:
-        served = catalog.vllm_models()
-        if spec.model not in served:
-            raise UnknownModel(
-                f"No registered worker serves {spec.model!r}.", details={"known": sorted(served)}
-            )
-    else:
-        raise UnknownModel(f"Unknown provider {spec.provider!r}.")
-
-
 def cache_create(
     *, tenant: Tenant, actor: Actor, spec: CacheSpec, idempotency_key: str | None = None
 ) -> CreateOutcome:
@@ -194,8 +92,8 @@ def cache_create(
         raise InvalidTtl(f"Unknown TTL policy {spec.ttl_policy!r}.")
     if not 1 <= spec.replication_factor <= 8:
         raise InvalidContent("replication_factor must be between 1 and 8.")
-    content = _validate_content(tenant, spec)
-    _validate_model(spec, content)
+    content = validate_content(tenant, spec)
+    validate_model(spec, content)
     digest = content.digest()
 
     if idempotency_key:

@@ -21,8 +21,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from caches.cron import next_cron_time
 from caches.models import CacheObject, CacheOperation, CacheState, OperationKind, TtlPolicy
-from caches.services.lifecycle import next_cron_time, operation_enqueue
+from caches.services.lifecycle import operation_enqueue
 from caches.services.transitions import cache_transition
 from tenants.actor import Actor
 from tenants.models import TenantState

@@ -21,6 +21,7 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from cachetools import TTLCache
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -90,28 +91,22 @@ class AuthenticatedKey:
 
 
 class _KeyCache:
-    """Digest → AuthenticatedKey for at most KEY_CACHE_SECONDS (per process)."""
+    """Digest → AuthenticatedKey for at most KEY_CACHE_SECONDS (per process, 10k keys, LRU)."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, tuple[float, AuthenticatedKey]] = {}
-        self._lock = threading.Lock()
         self.clock = time.monotonic  # replaceable in tests to move time without sleeping
+        self._entries: TTLCache[str, AuthenticatedKey] = TTLCache(
+            maxsize=10_000, ttl=KEY_CACHE_SECONDS, timer=lambda: self.clock()
+        )
+        self._lock = threading.Lock()
 
     def get(self, digest: str) -> AuthenticatedKey | None:
         with self._lock:
-            entry = self._entries.get(digest)
-            if entry is None:
-                return None
-            if self.clock() - entry[0] >= KEY_CACHE_SECONDS:
-                del self._entries[digest]
-                return None
-            return entry[1]
+            return self._entries.get(digest)
 
     def put(self, digest: str, value: AuthenticatedKey) -> None:
         with self._lock:
-            if len(self._entries) > 10_000:
-                self._entries.clear()
-            self._entries[digest] = (self.clock(), value)
+            self._entries[digest] = value
 
     def forget(self, digest: str) -> None:
         with self._lock:

@@ -62,9 +62,3 @@ def platform_actor(platform_admin):
     from tests.factories import actor_for
 
     return actor_for(platform_admin)
-
-
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    """Factories hash passwords; PBKDF2 would dominate these tests' run time."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

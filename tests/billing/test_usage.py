@@ -14,7 +14,7 @@ from audit.models import AuditEvent
 from billing.errors import InvalidUsage
 from billing.models import Granularity, ModelPrice, UsageRecord, UsageRollup
 from billing.services import model_price_correct, usage_flush, usage_record
-from billing.services.usage import _keys, queue_key
+from billing.services.usage import queue_key, usage_batch_claim
 from billing.tasks import usage_flush_task
 from tests.billing.conftest import T0
 
@@ -100,16 +100,14 @@ def test_a_batch_claimed_by_a_worker_that_died_is_flushed_later(
 ) -> None:
     _record(tenant_a, "req-1")
     _record(tenant_a, "req-2")
-    queue, claims = _keys()
-    # A worker claims the batch (moves it out of the queue) and dies before inserting.
-    from billing.services.usage import _CLAIM_SCRIPT
-
-    orphan = f"{queue}:batch:dead"
-    claim = usage_queue.register_script(_CLAIM_SCRIPT)
-    assert claim(keys=[queue, orphan, claims], args=[100, time.time() - 10_000]) == 2
+    # A worker claimed the batch (moved it out of the queue) long ago and died before
+    # inserting it.
+    orphan = usage_batch_claim(batch_size=100, now=time.time() - 10_000)
+    assert orphan is not None and usage_queue.llen(queue_key()) == 0
     result = usage_flush()
     assert (result.recovered_batches, result.inserted) == (1, 2)
-    assert not usage_queue.exists(orphan) and usage_queue.zcard(claims) == 0
+    assert not usage_queue.exists(orphan)
+    assert usage_flush().recovered_batches == 0  # nothing is left claimed
 
 
 def test_rows_without_a_price_are_kept_at_zero_until_a_reprice_finds_one(

@@ -50,7 +50,6 @@ def start_celery_worker(
             "CACHEPLANE_VERTEX_STATIC_TOKEN": "test-token",
             "CACHEPLANE_VERTEX_PROJECT": "p1",
             "CACHEPLANE_VERTEX_LOCATION": "us-central1",
-            "CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY": "0.01",
             "CACHEPLANE_LOG_FORMAT": "console",
             **(extra_env or {}),
         }

@@ -191,31 +191,49 @@ def test_tenant_with_its_own_project_gets_caches_there(vertex, tenant_a, admin_a
     assert cache.remote_name.startswith("projects/acme-gcp/locations/europe-west4/")
 
 
-def test_rate_limited_provider_is_retried_and_the_cache_becomes_active(
+def test_rate_limited_provider_is_retried_by_the_task_one_request_per_attempt(
     vertex, tenant_a, admin_a
 ) -> None:
+    from caches.tasks import cache_operation_execute_task
+
     vertex.inject_fault(429, count=2, methods=["POST"], path_contains="cachedContents")
-    cache = _run(_create(tenant_a, admin_a))
-    assert cache.state == CacheState.ACTIVE
-    assert len(vertex.create_requests()) == 3
+    outcome = _create(tenant_a, admin_a)
+    # Eager apply runs Celery's retries inline (the countdown is skipped, not the policy).
+    cache_operation_execute_task.apply(args=[str(outcome.operation.pk)])
+    op = CacheOperation.objects.all_tenants().get(pk=outcome.operation.pk)
+    assert op.status == OperationStatus.SUCCEEDED and op.attempts == 3
+    assert len(vertex.create_requests()) == 3  # no SDK retries stacked under the task's
     assert len(vertex.stored_caches()) == 1
+    assert CacheObject.objects.all_tenants().get(pk=op.cache_id).state == CacheState.ACTIVE
 
 
-def test_unavailable_beyond_client_retries_leaves_the_operation_for_a_task_retry(
-    vertex, tenant_a, admin_a, settings
+def test_a_transient_failure_is_one_request_and_leaves_the_operation_for_a_task_retry(
+    vertex, tenant_a, admin_a
 ) -> None:
-    settings.CACHEPLANE_PROVIDER_RETRY_ATTEMPTS = 2
-    from caches.providers.vertex import forget_clients
-
-    forget_clients()
-    vertex.inject_fault(503, count=2, methods=["POST"], path_contains="cachedContents")
+    vertex.inject_fault(503, count=1, methods=["POST"], path_contains="cachedContents")
     outcome = _create(tenant_a, admin_a)
     with pytest.raises(TransientProviderError):
         operation_execute(operation_id=str(outcome.operation.pk))
+    assert len(vertex.create_requests()) == 1
     op = CacheOperation.objects.all_tenants().get(pk=outcome.operation.pk)
     assert op.status == OperationStatus.PENDING and op.error_code == "provider_unavailable"
     assert operation_execute(operation_id=str(outcome.operation.pk)) == "succeeded"
     assert CacheObject.objects.all_tenants().get(pk=op.cache_id).state == CacheState.ACTIVE
+
+
+def test_transient_failures_stop_at_the_operation_attempt_bound(
+    vertex, tenant_a, admin_a, settings
+) -> None:
+    from caches.tasks import cache_operation_execute_task
+
+    settings.CACHEPLANE_OPERATION_MAX_ATTEMPTS = 3
+    vertex.inject_fault(503, count=None, methods=["POST"], path_contains="cachedContents")
+    outcome = _create(tenant_a, admin_a)
+    cache_operation_execute_task.apply(args=[str(outcome.operation.pk)])
+    op = CacheOperation.objects.all_tenants().get(pk=outcome.operation.pk)
+    assert (op.status, op.error_code, op.attempts) == ("failed", "attempts_exhausted", 3)
+    assert len(vertex.create_requests()) == 3  # the product of the policy: 3 attempts x 1
+    assert CacheObject.objects.all_tenants().get(pk=op.cache_id).state == CacheState.FAILED
 
 
 def test_provider_minimum_token_400_fails_the_cache_with_its_numbers(

@@ -49,7 +49,6 @@ class ChaosStack:
                 "CACHEPLANE_VERTEX_STATIC_TOKEN": "test-token",
                 "CACHEPLANE_VERTEX_PROJECT": "p1",
                 "CACHEPLANE_VERTEX_LOCATION": "us-central1",
-                "CACHEPLANE_PROVIDER_RETRY_INITIAL_DELAY": "0.01",
                 # A dead worker's operation is requeued after 3 s (the lease) at most.
                 "CACHEPLANE_OPERATION_LEASE_SECONDS": "3",
                 # A usage batch whose flush died (PostgreSQL went away mid-flush) is claimed
@@ -149,7 +148,7 @@ class ChaosStack:
         assert self.postgres is not None
         data = self.postgres.data_dir
         # The library runs the server as an unprivileged user when we are root.
-        user = getattr(self.postgres._server, "system_user", None)
+        user = self.postgres.system_user
         pg_ctl(["-m", "fast", "-w", "stop"], pgdata=data, user=user, timeout=30)
         pg_ctl(
             ["-w", "-o", f'-h "" -k {data}', "-l", str(data / "restart.log"), "start"],

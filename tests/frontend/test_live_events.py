@@ -79,13 +79,32 @@ async def test_tenant_members_get_their_tenants_events_and_nothing_of_others() -
     await bob_ws.disconnect()
 
 
-def test_usage_ticker_coalesces_requests_into_one_tick_per_tenant() -> None:
+@pytest.mark.asyncio
+async def test_usage_ticker_coalesces_requests_into_one_tick_per_tenant() -> None:
+    import asyncio
+    import uuid
+
+    from channels.layers import get_channel_layer
+
+    from controlplane.live import tenant_group
     from controlplane.live.usage import UsageDelta, UsageTicker
 
+    # What subscribers receive, read from the real channel layer.
+    layer = get_channel_layer()
+    t1, t2 = f"t1-{uuid.uuid4().hex[:8]}", f"t2-{uuid.uuid4().hex[:8]}"
+    t1_inbox, fleet_inbox = await layer.new_channel(), await layer.new_channel()
+    await layer.group_add(tenant_group(t1, "usage"), t1_inbox)
+    await layer.group_add(platform_group("usage"), fleet_inbox)
     ticker = UsageTicker(autostart=False)  # flushed by hand below
     for _ in range(50):
-        ticker.add("t1", UsageDelta(requests=1, prompt_tokens=100, cached_tokens=80))
-    ticker.add("t2", UsageDelta(requests=1, prompt_tokens=10))
-    pending = {k: v.as_dict() for k, v in ticker._pending.items()}
-    assert pending["t1"]["requests"] == 50 and pending["t1"]["cached_tokens"] == 4000
-    assert ticker.flush() == 2 and ticker.flush() == 0
+        ticker.add(t1, UsageDelta(requests=1, prompt_tokens=100, cached_tokens=80))
+    ticker.add(t2, UsageDelta(requests=1, prompt_tokens=10))
+    assert await sync_to_async(ticker.flush)() == 2
+    tick = (await asyncio.wait_for(layer.receive(t1_inbox), 5))["payload"]
+    assert (tick["requests"], tick["cached_tokens"], tick["prompt_tokens"]) == (50, 4000, 5000)
+    for _ in range(10):  # the process's own ticker may publish fleet ticks meanwhile
+        fleet = (await asyncio.wait_for(layer.receive(fleet_inbox), 5))["payload"]
+        if fleet["requests"] == 51:
+            break
+    assert (fleet["requests"], fleet["tenants"]) == (51, 2)
+    assert await sync_to_async(ticker.flush)() == 0  # nothing pending: nothing sent

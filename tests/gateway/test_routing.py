@@ -92,8 +92,7 @@ def _route(workers, body, **kw):
     from gateway import routing
 
     async def go():
-        routing._clients.clear()  # one client per event loop
-        routing.pending_index._entries.clear()
+        routing.pending_index.clear()
         return await routing.route_request(
             body=body,
             kind="chat",
@@ -132,18 +131,23 @@ BODY = {
 
 
 def test_exact_mode_sends_the_request_to_the_worker_that_really_holds_its_blocks(redis_flush):
-    from gateway.routing import ROUTES
+    from prometheus_client import REGISTRY
+
     from workers import kv_index
+
+    def routed() -> float:
+        labels = {"mode": "exact", "reason": "fresh"}
+        return REGISTRY.get_sample_value("cacheplane_gateway_route_total", labels) or 0.0
 
     workers = _workers()
     blocks = _hold(redis_flush, "w2", BODY)
     kv_index.mark_live(redis_flush, workers=[w.name for w in workers])
-    before = ROUTES.labels(mode="exact", reason="fresh")._value.get()
+    before = routed()
     decision = _route(workers, BODY)
     assert decision.mode == "exact"
     assert decision.candidates[0].name == "w2"
     assert decision.routed_tokens == decision.available_tokens == blocks * 16
-    assert ROUTES.labels(mode="exact", reason="fresh")._value.get() == before + 1
+    assert routed() == before + 1
     # Another tenant's identical prompt matches nothing (the salt is in block 0).
     assert _route(workers, BODY, salt="tenant-b").available_tokens == 0
 

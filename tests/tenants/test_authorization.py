@@ -10,13 +10,14 @@ from django.utils import timezone
 from tenants.models import TenantState
 from tenants.permissions import PREDEFINED_ROLES
 from tenants.services import authorize
+from tenants.services.authorization import principal_permissions_forget
 from tests.factories import HumanFactory, ServiceAccountFactory, bind
 
 pytestmark = pytest.mark.django_db
 
 
 def _fresh(principal):
-    principal.__dict__.pop("_cacheplane_permission_cache", None)
+    principal_permissions_forget(principal)
     return principal
 
 

@@ -132,7 +132,9 @@ def test_key_for_a_more_powerful_service_account_is_escalation(tenant_a) -> None
     from tenants.models import RoleBinding
 
     RoleBinding.objects.create(tenant=tenant_a, principal=key_maker, role=role)
-    key_maker.__dict__.pop("_cacheplane_permission_cache", None)
+    from tenants.services.authorization import principal_permissions_forget
+
+    principal_permissions_forget(key_maker)
     with pytest.raises(EscalationDenied):
         _issue(tenant_a, key_maker, principal=sa)
     assert not ApiKey.objects.all_tenants().filter(principal=sa).exists()

@@ -7,8 +7,8 @@ is a tuple of extra keys or ``None``; the only one the reference worker knows is
 
 Two serializations are implemented, named as vLLM's ``--prefix-caching-hash-algo`` values:
 
-* ``sha256_cbor`` (the default here): SHA-256 over canonical CBOR (RFC 8949 4.2.1, what
-  ``cbor2.dumps(x, canonical=True)`` writes for these types). Reproducible in any language,
+* ``sha256_cbor`` (the default here): SHA-256 over canonical CBOR (RFC 8949 4.2.1),
+  written by ``cbor2.dumps(x, canonical=True)`` as vLLM does. Reproducible in any language,
   and identical to real vLLM launched with ``--prefix-caching-hash-algo sha256_cbor`` and the
   same ``PYTHONHASHSEED``, block size and token ids.
 * ``sha256``: SHA-256 over ``pickle.dumps(x, protocol=HIGHEST_PROTOCOL)``, vLLM's default;
@@ -22,67 +22,21 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-import struct
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import cbor2
 
 HashFn = Callable[[Any], bytes]
 
 
-def _head(major: int, value: int) -> bytes:
-    if value < 24:
-        return bytes([(major << 5) | value])
-    for extra, fmt in ((24, ">B"), (25, ">H"), (26, ">I"), (27, ">Q")):
-        if value < 1 << (8 * struct.calcsize(fmt)):
-            return bytes([(major << 5) | extra]) + struct.pack(fmt, value)
-    raise OverflowError(value)
-
-
-# Token ids dominate hash inputs; precomputing their encodings halves the cost of hashing a
-# 4k-token prompt, which is visible in the TTFT of a short uncached suffix.
-_SMALL_UINTS = tuple(_head(0, i) for i in range(4096))
-# Public names for the control plane's fast path (workers.request_hashing).
-SMALL_UINT_CBOR = _SMALL_UINTS
-cbor_head = _head
-
-
 def cbor_encode(obj: Any) -> bytes:
-    """Canonical CBOR for None, bools, ints, bytes, str, lists/tuples and dicts.
+    """Canonical CBOR (RFC 8949 4.2.1) of ``obj``: ``cbor2.dumps(obj, canonical=True)``.
 
-    Floats and other types are refused rather than guessed at: a hash input that cannot be
-    reproduced elsewhere is worse than an error.
+    The very call vLLM's ``sha256_cbor`` makes, so the bytes (and the hashes) match by
+    construction rather than by a second implementation of the encoding.
     """
-    if type(obj) is int and 0 <= obj < 4096:
-        return _SMALL_UINTS[obj]
-    if obj is None:
-        return b"\xf6"
-    if obj is True:
-        return b"\xf5"
-    if obj is False:
-        return b"\xf4"
-    if isinstance(obj, int):
-        if obj >= 0:
-            if obj < 1 << 64:
-                return _head(0, obj)
-            return b"\xc2" + cbor_encode(obj.to_bytes((obj.bit_length() + 7) // 8, "big"))
-        magnitude = -1 - obj
-        if magnitude < 1 << 64:
-            return _head(1, magnitude)
-        return b"\xc3" + cbor_encode(magnitude.to_bytes((magnitude.bit_length() + 7) // 8, "big"))
-    if isinstance(obj, bytes | bytearray | memoryview):
-        data = bytes(obj)
-        return _head(2, len(data)) + data
-    if isinstance(obj, str):
-        data = obj.encode("utf-8")
-        return _head(3, len(data)) + data
-    if isinstance(obj, list | tuple):
-        return _head(4, len(obj)) + b"".join(cbor_encode(x) for x in obj)
-    if isinstance(obj, dict):
-        # Canonical order: shorter encoded key first, then bytewise.
-        items = sorted(((cbor_encode(k), cbor_encode(v)) for k, v in obj.items()))
-        items.sort(key=lambda kv: len(kv[0]))
-        return _head(5, len(items)) + b"".join(k + v for k, v in items)
-    raise TypeError(f"cannot hash a {type(obj).__name__} reproducibly")
+    return cbor2.dumps(obj, canonical=True)
 
 
 def sha256_cbor(obj: Any) -> bytes:

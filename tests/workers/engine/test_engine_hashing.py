@@ -47,9 +47,13 @@ def test_cbor_encoding_matches_rfc_8949_canonical_bytes(value: object, expected:
     assert cbor_encode(value).hex() == expected
 
 
-def test_cbor_refuses_floats_instead_of_guessing() -> None:
-    with pytest.raises(TypeError):
-        cbor_encode(1.5)
+def test_cbor_writes_what_vllm_hashes_floats_and_map_order_included() -> None:
+    # vLLM hashes cbor2.dumps(x, canonical=True): shortest exact floats, keys sorted by
+    # their encoding (length first), the same bytes whatever the insertion order.
+    assert cbor_encode(1.5).hex() == "f93e00"
+    assert cbor_encode(0.1).hex() == "fb3fb999999999999a"
+    assert cbor_encode({"aa": 3, 10: 1, "a": 2}) == cbor_encode({"a": 2, 10: 1, "aa": 3})
+    assert cbor_encode({"aa": 3, 10: 1, "a": 2}).hex() == "a30a0161610262616103"
 
 
 def test_chain_follows_vllm_formula_with_salt_in_block_zero_only() -> None:
