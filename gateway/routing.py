@@ -54,7 +54,7 @@ EPSILON = 0.25
 HOLDERS = 3  # workers remembered per chain hash
 PRESSURE = 0.85
 KEY_BLOCK = 1  # exact mode: the block whose hash places a new prefix (the first)
-PENDING_SECONDS = 3.0  # how long a routed-but-not-yet-evented prefix counts as held
+PENDING_SECONDS = kv_index.PENDING_SECONDS  # routed, not yet evented: counts as held
 EXACT_EPSILON = 1.0  # exact mode's load bound for real holders: 2 x the mean in flight
 MATCH_THRESHOLD = 0.3  # exact mode: below this share of the prompt held, place by load
 
@@ -193,6 +193,13 @@ class PendingIndex:
             depth += 1
         return depth
 
+    def longest(self, hashes: Sequence[int], now: float) -> tuple[str | None, int]:
+        """The worker this replica last routed block 0 to, and its pending depth there."""
+        entry = self._entries.get(hashes[0]) if hashes else None
+        if entry is None or now - entry[1] > PENDING_SECONDS:
+            return None, 0
+        return entry[0], self.depth(hashes, entry[0], now)
+
     def record(self, hashes: Sequence[int], worker: str, now: float) -> None:
         for h in hashes:
             self._entries[h] = (worker, now)
@@ -267,55 +274,59 @@ async def route_request(
 ) -> RouteDecision:
     """Order ``workers`` for one request: event-exact when the index is fresh, else guessed.
 
-    One Redis pipeline reads the KV index for the prompt's block hashes, the fleet's
-    in-flight counts, and stamps this replica's liveness. Any Redis failure degrades to
-    the approximate mode with this replica's own counts; routing never fails a request.
+    One Redis script (``workers.kv_index.ROUTE_LUA``, one round trip) reads the index's
+    freshness, per worker the blocks held and held-or-claimed, the fleet's in-flight
+    counts, and stamps this replica's liveness. After the decision, the blocks the chosen
+    worker does not hold yet are claimed for it (a pending placement every replica sees;
+    sent without waiting for the reply). Any Redis failure degrades to the approximate
+    mode with this replica's own counts; routing never fails a request.
     """
     started = time.perf_counter()
     block_size = workers[0].block_size
+    # Recorded in the approximate index after the answer even in exact mode, so the
+    # fallback is warm the moment the event index goes stale.
     chain = prefix_chain(text, salt=salt, block_size=block_size)
+    enabled = _index_enabled()
     hashes = (
         request_block_hashes(
             body, kind=kind, engine=workers[0].engine, salt=salt, block_size=block_size
         )
-        if _index_enabled()
+        if enabled
         else None
     )
     names = [w.name for w in workers]
     load = dict(inflight)
     depths: dict[str, int] | None = None
-    reason = "disabled" if not _index_enabled() else "no_tokenizer" if hashes is None else ""
+    held: dict[str, int] = {}
+    reason = "disabled" if not enabled else "no_tokenizer" if hashes is None else ""
     client = fleet_client()
+    now = time.time()
     if client is None:
         reason = reason or "no_redis"
     else:
-        now = time.time()
         try:
-            pipe = client.pipeline(transaction=False)
-            load_state.queue_read(pipe)
-            pipe.hset(load_state.BEAT_KEY, replica, str(now))
-            if hashes is not None:
-                kv_index.queue_lookup(pipe, workers=names, hashes=hashes)
-            results = await pipe.execute()
-            fleet, dead = load_state.parse_read(results[0], results[1], now=now, workers=names)
-            if dead:
-                pipe = client.pipeline(transaction=False)
-                pipe.hdel(load_state.INFLIGHT_KEY, *dead)
-                await pipe.execute()
+            keys, args = kv_index.route_args(
+                workers=names,
+                hashes=hashes or (),
+                replica=replica,
+                now=now,
+                replica_ttl=load_state.REPLICA_TTL,
+            )
+            reply = await _script(client, kv_index.ROUTE_LUA)(keys=keys, args=args)
+            fresh, held, claimed, fleet = kv_index.parse_route(reply, workers=names)
             # This replica's own counts are exact and newer than what it published.
             load = {n: max(fleet.get(n, 0), inflight.get(n, 0)) for n in names}
             if hashes is not None:
-                depths, fresh = kv_index.parse_lookup(
-                    results[3:], workers=names, hashes=hashes, now=now
-                )
-                if not fresh:
-                    depths, reason = None, "stale_index"
+                if fresh:
+                    depths = claimed
+                else:
+                    reason = "stale_index"
         except Exception:
             logger.warning("routing lookup failed; approximate routing", exc_info=True)
             depths, reason = None, "redis_down"
-    if depths is not None:
+    if depths is not None and hashes is not None:
         decision = _exact(
-            hashes=hashes or [],
+            hashes=hashes,
             depths=depths,
             workers=workers,
             load=load,
@@ -323,10 +334,14 @@ async def route_request(
             tenant_id=tenant_id,
             text=text,
             block_size=block_size,
+            now=now,
         )
         decision.chain = chain
         if decision.candidates:
-            pending_index.record(hashes or [], decision.candidates[0].name, time.time())
+            chosen = decision.candidates[0].name
+            pending_index.record(hashes, chosen, now)
+            if held.get(chosen, 0) < len(hashes) and client is not None:
+                _claim(client, worker=chosen, hashes=hashes[held.get(chosen, 0) :], now=now)
         mode, reason = "exact", "fresh"
     else:
         decision = _approximate(
@@ -346,6 +361,36 @@ async def route_request(
     return decision
 
 
+_scripts: dict[tuple[int, str], Any] = {}
+_claims: set[asyncio.Task] = set()
+
+
+def _script(client: Any, source: str) -> Any:
+    """``source`` registered on ``client`` (EVALSHA; loaded again after a Redis restart)."""
+    key = (id(client), source)
+    script = _scripts.get(key)
+    if script is None:
+        if len(_scripts) > 64:  # clients of finished event loops (tests)
+            _scripts.clear()
+        script = _scripts[key] = client.register_script(source)
+    return script
+
+
+def _claim(client: Any, *, worker: str, hashes: Sequence[int], now: float) -> None:
+    """Send a pending placement of ``hashes`` on ``worker``; fire and forget."""
+
+    async def send() -> None:
+        try:
+            keys, args = kv_index.claim_args(worker=worker, hashes=hashes, now=now)
+            await _script(client, kv_index.CLAIM_LUA)(keys=keys, args=args)
+        except Exception:  # Redis down: the other replicas see the blocks once evented
+            logger.debug("pending placement not recorded", exc_info=True)
+
+    task = asyncio.get_running_loop().create_task(send())
+    _claims.add(task)
+    task.add_done_callback(_claims.discard)
+
+
 def _exact(
     *,
     hashes: list[int],
@@ -356,12 +401,14 @@ def _exact(
     tenant_id: str,
     text: str,
     block_size: int,
+    now: float,
 ) -> RouteDecision:
-    now = time.time()
-    scored = {
-        w.name: max(depths.get(w.name, 0), pending_index.depth(hashes, w.name, now))
-        for w in workers
-    }
+    # Held, or claimed by any replica's pending placement (from Redis), or routed by this
+    # replica a moment ago (its own claim may not have reached Redis yet).
+    scored = {w.name: depths.get(w.name, 0) for w in workers}
+    local, local_depth = pending_index.longest(hashes, now)
+    if local in scored:
+        scored[local] = max(scored[local], local_depth)
     # A new prefix lands by rendezvous on its first block (``KEY_BLOCK``), salted: one
     # tenant's prompts start on one worker and spill to the next under load. (Keying on a
     # deeper block, to spread a tenant's documents, measured worse: 0.86 vs 0.92 x oracle.)

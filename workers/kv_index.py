@@ -15,6 +15,17 @@ Keys (all under ``cp:kv:``):
 - ``cp:kv:live``: HASH, worker -> unix time the indexer last confirmed its stream in sync.
   A worker whose entry is older than :data:`STALE_SECONDS` (or missing) is not trusted:
   the gateway routes on its character-based guess instead.
+- ``cp:kv:p:<worker>``: HASH, block hash -> unix time until which it counts as held: the
+  *pending placements*. A gateway replica that routes a prompt to a worker claims the
+  blocks the worker does not hold yet (:func:`queue_claim`), so every replica sees the
+  routing intent at once, long before the worker has prefilled and its ``BlockStored``
+  arrives (which deletes the claim: the index has it then). A claim whose request never
+  ran expires after :data:`PENDING_SECONDS`; the whole hash expires when traffic stops.
+
+The hot path reads all of it with one script (:data:`ROUTE_LUA`, one round trip): the
+index's freshness, per worker the blocks held and held-or-claimed (the longest consecutive
+run from block 0, counted inside Redis, so the reply is three integers a worker instead of
+one per block), and the fleet's in-flight counts (``workers.load_state``).
 
 Dropping a worker (it left the registry, failed a probe, restarted, or its stream lost
 events the replay could not fill) is one ``DEL`` + ``HDEL``: it disappears at once.
@@ -29,6 +40,92 @@ from typing import Any
 PREFIX = "cp:kv:"
 LIVE_KEY = PREFIX + "live"
 STALE_SECONDS = 5.0
+PENDING_SECONDS = 5.0  # a claim outlives any prefill; BlockStored normally removes it first
+
+# KEYS: live, beat, inflight. ARGV: now, stale seconds, replica TTL, this replica, the
+# prefix of worker keys, workers (space-separated), block hashes (space-separated).
+# Returns {fresh, then per worker: blocks held, blocks held or claimed, in flight}.
+# (Worker keys are built from ARGV, so this is for one Redis, not Redis Cluster.)
+ROUTE_LUA = """
+local now = tonumber(ARGV[1])
+local workers, hashes = {}, {}
+for w in string.gmatch(ARGV[6], '%S+') do workers[#workers + 1] = w end
+for h in string.gmatch(ARGV[7], '%S+') do hashes[#hashes + 1] = h end
+local fresh = 1
+if #workers == 0 then fresh = 0 else
+  local stamps = redis.call('HMGET', KEYS[1], unpack(workers))
+  for i = 1, #workers do
+    if not stamps[i] or now - tonumber(stamps[i]) > tonumber(ARGV[2]) then fresh = 0 end
+  end
+end
+redis.call('HSET', KEYS[2], ARGV[4], ARGV[1])
+local live = {}
+local beats = redis.call('HGETALL', KEYS[2])
+for i = 1, #beats, 2 do
+  if now - tonumber(beats[i + 1]) <= tonumber(ARGV[3]) then live[beats[i]] = true end
+end
+local load = {}
+local inflight = redis.call('HGETALL', KEYS[3])
+for i = 1, #inflight, 2 do
+  local f = inflight[i]
+  local sep = string.find(f, '|', 1, true)
+  if sep and live[string.sub(f, 1, sep - 1)] then
+    local w = string.sub(f, sep + 1)
+    local n = tonumber(inflight[i + 1]) or 0
+    if n > 0 then load[w] = (load[w] or 0) + n end
+  else
+    redis.call('HDEL', KEYS[3], f)  -- a dead replica's counts stop counting
+  end
+end
+local out = {fresh}
+for _, w in ipairs(workers) do
+  local key, pkey = ARGV[5] .. 'w:' .. w, ARGV[5] .. 'p:' .. w
+  local held = 0
+  while held < #hashes and redis.call('HEXISTS', key, hashes[held + 1]) == 1 do
+    held = held + 1
+  end
+  local claimed = held
+  while claimed < #hashes do
+    local h = hashes[claimed + 1]
+    if redis.call('HEXISTS', key, h) == 0 then
+      local till = redis.call('HGET', pkey, h)
+      if not till or tonumber(till) < now then break end
+    end
+    claimed = claimed + 1
+  end
+  out[#out + 1] = held
+  out[#out + 1] = claimed
+  out[#out + 1] = load[w] or 0
+end
+return out
+"""
+
+# KEYS: the worker's pending hash. ARGV: until (unix time), key TTL seconds, hashes.
+CLAIM_LUA = """
+local args = {}
+for h in string.gmatch(ARGV[3], '%S+') do
+  args[#args + 1] = h
+  args[#args + 1] = ARGV[1]
+end
+if #args > 0 then
+  redis.call('HSET', KEYS[1], unpack(args))
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+end
+return #args / 2
+"""
+
+# KEYS: a pending hash. ARGV: now. Deletes claims that expired.
+PRUNE_LUA = """
+local all = redis.call('HGETALL', KEYS[1])
+local gone = 0
+for i = 1, #all, 2 do
+  if tonumber(all[i + 1]) < tonumber(ARGV[1]) then
+    redis.call('HDEL', KEYS[1], all[i])
+    gone = gone + 1
+  end
+end
+return gone
+"""
 
 # Decrement one copy of each hash, deleting fields that reach zero (atomic per call).
 _REMOVE_LUA = """
@@ -44,6 +141,10 @@ def worker_key(worker: str) -> str:
     return f"{PREFIX}w:{worker}"
 
 
+def pending_key(worker: str) -> str:
+    return f"{PREFIX}p:{worker}"
+
+
 def apply_events(
     client: Any, *, worker: str, events: Iterable[dict[str, Any]], mediums: tuple = ("GPU", None)
 ) -> int:
@@ -54,14 +155,17 @@ def apply_events(
     ``mediums`` (CPU/disk offload) are ignored: a GPU hit is what prefill skips. Returns
     the number of events applied.
     """
-    key = worker_key(worker)
+    key, pending = worker_key(worker), pending_key(worker)
     pipe = client.pipeline(transaction=False)
     applied = 0
     for event in events:
         kind = event.get("type")
         if kind == "BlockStored" and event.get("medium") in mediums:
-            for h in event.get("block_hashes") or ():
-                pipe.hincrby(key, _field(h), 1)
+            stored = [_field(h) for h in event.get("block_hashes") or ()]
+            for h in stored:
+                pipe.hincrby(key, h, 1)
+            if stored:  # the claim is now a fact: the index answers for these blocks
+                pipe.hdel(pending, *stored)
         elif kind == "BlockRemoved" and event.get("medium") in mediums:
             hashes = [_field(h) for h in event.get("block_hashes") or ()]
             if hashes:
@@ -85,9 +189,67 @@ def mark_live(client: Any, *, workers: Sequence[str], now: float | None = None) 
 def drop_worker(client: Any, *, worker: str) -> None:
     """Forget everything about ``worker``: its blocks and its liveness (at once)."""
     pipe = client.pipeline(transaction=False)
-    pipe.delete(worker_key(worker))
+    pipe.delete(worker_key(worker), pending_key(worker))
     pipe.hdel(LIVE_KEY, worker)
     pipe.execute()
+
+
+def prune_pending(client: Any, *, workers: Sequence[str], now: float | None = None) -> int:
+    """Delete expired claims (requests that were routed but never ran); the indexer's job."""
+    stamp = now if now is not None else time.time()
+    return sum(int(client.eval(PRUNE_LUA, 1, pending_key(w), str(stamp)) or 0) for w in workers)
+
+
+def queue_claim(pipe: Any, *, worker: str, hashes: Sequence[int], now: float) -> None:
+    """Queue a pending placement: ``hashes`` count as held by ``worker`` for a few seconds.
+
+    ``pipe`` may be a sync or asyncio pipeline (or client); the gateway sends it right
+    after its routing decision, so the next request of any replica sees it.
+    """
+    if hashes:
+        keys, args = claim_args(worker=worker, hashes=hashes, now=now)
+        pipe.eval(CLAIM_LUA, len(keys), *keys, *args)
+
+
+def claim_args(*, worker: str, hashes: Sequence[int], now: float) -> tuple[list[str], list[str]]:
+    """``(keys, args)`` of one :data:`CLAIM_LUA` call."""
+    return [pending_key(worker)], [
+        f"{now + PENDING_SECONDS:.3f}",
+        str(int(PENDING_SECONDS * 4)),
+        " ".join(map(str, hashes)),
+    ]
+
+
+def route_args(
+    *, workers: Sequence[str], hashes: Sequence[int], replica: str, now: float, replica_ttl: float
+) -> tuple[list[str], list[str]]:
+    """``(keys, args)`` of one :data:`ROUTE_LUA` call."""
+    from workers import load_state
+
+    keys = [LIVE_KEY, load_state.BEAT_KEY, load_state.INFLIGHT_KEY]
+    args = [
+        f"{now:.6f}",
+        str(STALE_SECONDS),
+        str(replica_ttl),
+        replica,
+        PREFIX,
+        " ".join(workers),
+        " ".join(map(str, hashes)),
+    ]
+    return keys, args
+
+
+def parse_route(
+    reply: Sequence[Any], *, workers: Sequence[str]
+) -> tuple[bool, dict[str, int], dict[str, int], dict[str, int]]:
+    """``(fresh, held, held or claimed, in flight)`` per worker from a :data:`ROUTE_LUA` reply."""
+    held, claimed, load = {}, {}, {}
+    for i, worker in enumerate(workers):
+        base = 1 + 3 * i
+        held[worker] = int(reply[base])
+        claimed[worker] = int(reply[base + 1])
+        load[worker] = int(reply[base + 2])
+    return bool(int(reply[0])), held, claimed, load
 
 
 def worker_forget(worker: str) -> None:
