@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 from django.conf import settings
+from prometheus_client import Counter
 
 from gateway import upstream
 from gateway.adapters.base import (
@@ -35,6 +36,11 @@ from gateway.routing import PrefixIndex, order_candidates, pool_under_pressure, 
 
 MAX_FAILOVER = 3
 prefix_index = PrefixIndex()
+UPSTREAM_RETRIES = Counter(
+    "cacheplane_gateway_upstream_retries",
+    "Requests sent once more after the worker connection broke before any answer.",
+    ["reason"],
+)
 
 #: OpenAI parameters vLLM implements (the worker refuses, with its own 400, the ones a
 #: given model or build cannot do, e.g. tools on the reference worker), plus vLLM's
@@ -302,30 +308,49 @@ def reshape_error(status: int, raw: bytes, headers: httpx.Headers) -> GatewayErr
 async def _send(
     candidates: list[WorkerView], path: str, body: dict, headers: dict
 ) -> tuple[WorkerView, httpx.Response]:
-    """Send to the first candidate that accepts a connection (failover on connect errors)."""
+    """Send to the first candidate that accepts a connection (failover on connect errors).
+
+    A connection that breaks before the worker answered anything (``RemoteProtocolError``
+    "server disconnected without sending a response", a reset while writing or reading)
+    is sent once more, to the same worker on a new connection: typically a kept-alive
+    connection the worker closed for idleness just as the gateway reused it (uvicorn's
+    and httpx's idle timeouts are both 5 s). Nothing has reached the client then, and a
+    request that did run twice costs the worker a prefill but books only the answer the
+    client gets. Once per request; a second break is the 502 it always was.
+    """
     last_error = "no candidate"
+    retried = False
     for worker in candidates:
-        directory.acquire(worker.name)
-        try:
-            response = await upstream.pool().post(
-                worker.base_url + path, json=body, headers=headers
-            )
-            return worker, response
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            directory.release(worker.name)
-            prefix_index.forget_worker(worker.name)
-            last_error = f"{worker.name}: {exc}"
-            continue
-        except httpx.TimeoutException:
-            directory.release(worker.name)
-            raise GatewayError(
-                504, "upstream_timeout", "The worker did not answer in time."
-            ) from None
-        except httpx.HTTPError as exc:
-            directory.release(worker.name)
-            raise GatewayError(
-                502, "upstream_error", f"The worker connection failed: {exc}"
-            ) from None
+        while True:
+            directory.acquire(worker.name)
+            try:
+                response = await upstream.pool().post(
+                    worker.base_url + path, json=body, headers=headers
+                )
+                return worker, response
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                directory.release(worker.name)
+                prefix_index.forget_worker(worker.name)
+                last_error = f"{worker.name}: {exc}"
+                break
+            except httpx.TimeoutException:
+                directory.release(worker.name)
+                raise GatewayError(
+                    504, "upstream_timeout", "The worker did not answer in time."
+                ) from None
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+                directory.release(worker.name)
+                if retried:
+                    raise GatewayError(
+                        502, "upstream_error", f"The worker connection failed: {exc!r}"
+                    ) from None
+                retried = True
+                UPSTREAM_RETRIES.labels(reason=type(exc).__name__).inc()
+            except httpx.HTTPError as exc:
+                directory.release(worker.name)
+                raise GatewayError(
+                    502, "upstream_error", f"The worker connection failed: {exc}"
+                ) from None
     raise GatewayError(
         503, "upstream_unavailable", f"No worker accepted the request ({last_error})."
     )
