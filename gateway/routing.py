@@ -30,16 +30,18 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import math
 import os
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import Counter, Histogram
+from redis.exceptions import RedisError
 
 from gateway.directory import WorkerView
 from workers import kv_index, load_state
@@ -251,9 +253,13 @@ async def publish_load(*, replica: str, worker: str, delta: int) -> None:
     client = fleet_client()
     if client is None:
         return
+    now = time.time()
+    member = _take_reservation(worker, now) if delta > 0 else ""
     try:
         pipe = client.pipeline(transaction=False)
-        load_state.queue_add(pipe, replica=replica, worker=worker, delta=delta, now=time.time())
+        load_state.queue_add(
+            pipe, replica=replica, worker=worker, delta=delta, now=now, reservation=member
+        )
         await pipe.execute()
     except Exception:  # Redis down: others see this replica's load once it is back
         logger.debug("fleet load update failed", exc_info=True)
@@ -297,7 +303,7 @@ async def route_request(
     names = [w.name for w in workers]
     load = dict(inflight)
     depths: dict[str, int] | None = None
-    held: dict[str, int] = {}
+    held: dict[str, int] | None = None  # set once the script answered
     reason = "disabled" if not enabled else "no_tokenizer" if hashes is None else ""
     client = fleet_client()
     now = time.time()
@@ -338,10 +344,7 @@ async def route_request(
         )
         decision.chain = chain
         if decision.candidates:
-            chosen = decision.candidates[0].name
-            pending_index.record(hashes, chosen, now)
-            if held.get(chosen, 0) < len(hashes) and client is not None:
-                _claim(client, worker=chosen, hashes=hashes[held.get(chosen, 0) :], now=now)
+            pending_index.record(hashes, decision.candidates[0].name, now)
         mode, reason = "exact", "fresh"
     else:
         decision = _approximate(
@@ -355,6 +358,12 @@ async def route_request(
             block_size=block_size,
         )
         mode = "approximate"
+    if decision.candidates and client is not None and held is not None:
+        # Claim the blocks the chosen worker does not hold yet (exact mode) and reserve
+        # one request on it, for every replica to see before this one sends.
+        chosen = decision.candidates[0].name
+        new = hashes[held.get(chosen, 0) :] if mode == "exact" and hashes else []
+        _claim(client, worker=chosen, hashes=new, now=now, replica=replica)
     decision.reason = reason
     ROUTES.labels(mode=mode, reason=reason).inc()
     LOOKUP_SECONDS.labels(mode=mode).observe(time.perf_counter() - started)
@@ -376,15 +385,38 @@ def _script(client: Any, source: str) -> Any:
     return script
 
 
-def _claim(client: Any, *, worker: str, hashes: Sequence[int], now: float) -> None:
-    """Send a pending placement of ``hashes`` on ``worker``; fire and forget."""
+_reserved: dict[str, deque[tuple[float, str]]] = {}
+_reservation_ids = itertools.count()
+
+
+def _take_reservation(worker: str, now: float) -> str:
+    """This replica's oldest live reservation on ``worker`` (its request is being sent)."""
+    queue = _reserved.get(worker)
+    while queue:
+        expires, member = queue.popleft()
+        if expires > now:
+            return member
+    return ""
+
+
+def _claim(client: Any, *, worker: str, hashes: Sequence[int], now: float, replica: str) -> None:
+    """Send a pending placement of ``hashes`` on ``worker`` and a reservation of one
+    request there; fire and forget (the claim goes out before the request is sent, so
+    the reservation normally exists before the ``+1`` that removes it)."""
+    member = f"{replica}:{next(_reservation_ids)}"
+    queue = _reserved.setdefault(worker, deque())
+    queue.append((now + load_state.RESERVE_SECONDS, member))
+    if len(queue) > 10_000:  # requests refused before sending leave theirs behind
+        queue.popleft()
 
     async def send() -> None:
         try:
-            keys, args = kv_index.claim_args(worker=worker, hashes=hashes, now=now)
+            keys, args = kv_index.claim_args(worker=worker, hashes=hashes, now=now, member=member)
             await _script(client, kv_index.CLAIM_LUA)(keys=keys, args=args)
-        except Exception:  # Redis down: the other replicas see the blocks once evented
+        except (RedisError, OSError):  # the other replicas see the blocks once evented
             logger.debug("pending placement not recorded", exc_info=True)
+        except Exception:
+            logger.exception("pending placement failed")
 
     task = asyncio.get_running_loop().create_task(send())
     _claims.add(task)

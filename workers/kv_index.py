@@ -43,8 +43,9 @@ STALE_SECONDS = 5.0
 PENDING_SECONDS = 5.0  # a claim outlives any prefill; BlockStored normally removes it first
 
 # KEYS: live, beat, inflight. ARGV: now, stale seconds, replica TTL, this replica, the
-# prefix of worker keys, workers (space-separated), block hashes (space-separated).
-# Returns {fresh, then per worker: blocks held, blocks held or claimed, in flight}.
+# prefix of worker keys, workers (space-separated), block hashes (space-separated), the
+# prefix of reservation keys. Returns {fresh, then per worker: blocks held, blocks held
+# or claimed, in flight + reserved}.
 # (Worker keys are built from ARGV, so this is for one Redis, not Redis Cluster.)
 ROUTE_LUA = """
 local now = tonumber(ARGV[1])
@@ -93,15 +94,20 @@ for _, w in ipairs(workers) do
     end
     claimed = claimed + 1
   end
+  local rkey = ARGV[8] .. w
+  redis.call('ZREMRANGEBYSCORE', rkey, '-inf', now)
   out[#out + 1] = held
   out[#out + 1] = claimed
-  out[#out + 1] = load[w] or 0
+  out[#out + 1] = (load[w] or 0) + redis.call('ZCARD', rkey)
 end
 return out
 """
 
-# KEYS: the worker's pending hash. ARGV: until (unix time), key TTL seconds, hashes.
+# KEYS: the worker's pending hash, its reservations. ARGV: until (unix time), key TTL
+# seconds, hashes, reservation expiry (unix time), reservation member.
 CLAIM_LUA = """
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
 local args = {}
 for h in string.gmatch(ARGV[3], '%S+') do
   args[#args + 1] = h
@@ -200,23 +206,30 @@ def prune_pending(client: Any, *, workers: Sequence[str], now: float | None = No
     return sum(int(client.eval(PRUNE_LUA, 1, pending_key(w), str(stamp)) or 0) for w in workers)
 
 
-def queue_claim(pipe: Any, *, worker: str, hashes: Sequence[int], now: float) -> None:
-    """Queue a pending placement: ``hashes`` count as held by ``worker`` for a few seconds.
+def queue_claim(pipe: Any, *, worker: str, hashes: Sequence[int], now: float, member: str) -> None:
+    """Queue a pending placement: ``hashes`` count as held by ``worker`` for a few
+    seconds, and one request (``member``) as in flight on it until the gateway's own
+    count is published (``workers.load_state.RESERVE_SECONDS`` at most).
 
     ``pipe`` may be a sync or asyncio pipeline (or client); the gateway sends it right
     after its routing decision, so the next request of any replica sees it.
     """
-    if hashes:
-        keys, args = claim_args(worker=worker, hashes=hashes, now=now)
-        pipe.eval(CLAIM_LUA, len(keys), *keys, *args)
+    keys, args = claim_args(worker=worker, hashes=hashes, now=now, member=member)
+    pipe.eval(CLAIM_LUA, len(keys), *keys, *args)
 
 
-def claim_args(*, worker: str, hashes: Sequence[int], now: float) -> tuple[list[str], list[str]]:
+def claim_args(
+    *, worker: str, hashes: Sequence[int], now: float, member: str
+) -> tuple[list[str], list[str]]:
     """``(keys, args)`` of one :data:`CLAIM_LUA` call."""
-    return [pending_key(worker)], [
+    from workers import load_state
+
+    return [pending_key(worker), load_state.reserved_key(worker)], [
         f"{now + PENDING_SECONDS:.3f}",
         str(int(PENDING_SECONDS * 4)),
         " ".join(map(str, hashes)),
+        f"{now + load_state.RESERVE_SECONDS:.3f}",
+        member,
     ]
 
 
@@ -235,6 +248,7 @@ def route_args(
         PREFIX,
         " ".join(workers),
         " ".join(map(str, hashes)),
+        load_state.RESERVED_PREFIX,
     ]
     return keys, args
 

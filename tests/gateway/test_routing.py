@@ -96,6 +96,7 @@ def _route(workers, body, **kw):
         # Each call plays a fresh gateway process: nothing routed before is remembered
         # locally, only what is in Redis.
         routing.pending_index._entries.clear()
+        routing._reserved.clear()
         decision = await routing.route_request(
             body=body,
             kind="chat",
@@ -225,7 +226,8 @@ def test_the_workers_block_stored_event_replaces_the_claim(redis_flush):
         events=[{"type": "BlockStored", "block_hashes": hashes, "medium": "GPU"}],
     )
     assert redis_flush.hlen(pending) == 0
-    assert _route(workers, NEW, replica="gw-b").candidates[0].name == chosen
+    busy = {w.name: 1 for w in workers}  # the first request's reservation is within bounds
+    assert _route(workers, NEW, replica="gw-b", inflight=busy).candidates[0].name == chosen
 
 
 def test_an_expired_claim_no_longer_counts_and_is_pruned(redis_flush):
@@ -241,3 +243,25 @@ def test_an_expired_claim_no_longer_counts_and_is_pruned(redis_flush):
     redis_flush.hset("cp:kv:p:w9", mapping={"1": "1", "2": "1", "3": str(time.time() + 60)})
     assert kv_index.prune_pending(redis_flush, workers=["w9"]) == 2
     assert redis_flush.hkeys("cp:kv:p:w9") == [b"3"]
+
+
+def test_a_routing_decision_reserves_a_slot_until_the_request_is_counted(redis_flush):
+    import asyncio
+
+    from gateway import routing
+    from workers import kv_index, load_state
+
+    workers = _workers()
+    kv_index.mark_live(redis_flush, workers=[w.name for w in workers])
+    chosen = _route(workers, NEW, replica="gw-a").candidates[0].name
+    reserved = load_state.reserved_key(chosen)
+    assert redis_flush.zcard(reserved) == 1  # another replica counts it at once
+    # Sending it publishes this replica's +1 and drops the reservation in one pipeline.
+    asyncio.run(_publish(routing, chosen))
+    assert redis_flush.zcard(reserved) == 0
+    assert redis_flush.hget(load_state.INFLIGHT_KEY, f"gw-a|{chosen}") == b"1"
+
+
+async def _publish(routing, worker: str) -> None:
+    routing._clients.clear()
+    await routing.publish_load(replica="gw-a", worker=worker, delta=+1)
