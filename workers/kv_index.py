@@ -16,16 +16,18 @@ Keys (all under ``cp:kv:``):
   A worker whose entry is older than :data:`STALE_SECONDS` (or missing) is not trusted:
   the gateway routes on its character-based guess instead.
 - ``cp:kv:p:<worker>``: HASH, block hash -> unix time until which it counts as held: the
-  *pending placements*. A gateway replica that routes a prompt to a worker claims the
-  blocks the worker does not hold yet (:func:`queue_claim`), so every replica sees the
-  routing intent at once, long before the worker has prefilled and its ``BlockStored``
-  arrives (which deletes the claim: the index has it then). A claim whose request never
-  ran expires after :data:`PENDING_SECONDS`; the whole hash expires when traffic stops.
+  *pending placements*. The routing decision that sends a prompt to a worker claims the
+  blocks the worker does not hold yet, so every replica sees the routing intent at once,
+  long before the worker has prefilled and its ``BlockStored`` arrives (which deletes the
+  claim: the index has it then). A claim whose request never ran expires after
+  :data:`PENDING_SECONDS`; the whole hash expires when traffic stops.
 
-The hot path reads all of it with one script (:data:`ROUTE_LUA`, one round trip): the
+The hot path is one script (:data:`ROUTE_LUA`, one round trip, atomic): it reads the
 index's freshness, per worker the blocks held and held-or-claimed (the longest consecutive
-run from block 0, counted inside Redis, so the reply is three integers a worker instead of
-one per block), and the fleet's in-flight counts (``workers.load_state``).
+run from block 0, counted inside Redis, so the reply is a few integers a worker instead
+of one per block) and the fleet's in-flight counts (``workers.load_state``), makes the
+exact-mode decision, and records it (the claim and a load reservation) before any other
+replica's lookup can run.
 
 Dropping a worker (it left the registry, failed a probe, restarted, or its stream lost
 events the replay could not fill) is one ``DEL`` + ``HDEL``: it disappears at once.
@@ -42,20 +44,31 @@ LIVE_KEY = PREFIX + "live"
 STALE_SECONDS = 5.0
 PENDING_SECONDS = 5.0  # a claim outlives any prefill; BlockStored normally removes it first
 
-# KEYS: live, beat, inflight. ARGV: now, stale seconds, replica TTL, this replica, the
-# prefix of worker keys, workers (space-separated), block hashes (space-separated), the
-# prefix of reservation keys. Returns {fresh, then per worker: blocks held, blocks held
-# or claimed, in flight + reserved}.
-# (Worker keys are built from ARGV, so this is for one Redis, not Redis Cluster.)
+# The hot path's one round trip: read, decide, and record the decision, atomically (Redis
+# runs a script alone), so two replicas routing the same new prefix at the same moment
+# see each other's choice. KEYS: live, beat, inflight. ARGV:
+#  1 now, 2 stale seconds, 3 replica TTL, 4 this replica, 5 the prefix of worker keys,
+#  6 workers in rendezvous order for this request's key (space-separated), 7 its block
+#  hashes (space-separated), 8 the prefix of reservation keys, 9 this replica's own
+#  in-flight count per worker, 10 per worker 1 if below the KV pressure threshold,
+#  11 match threshold, 12 epsilon, 13 claim expiry, 14 key TTL seconds, 15 reservation
+#  expiry, 16 reservation member, 17 "1" to decide (else read only).
+# Returns {fresh, per worker: held, held or claimed, in flight + reserved; then, if it
+# decided, the failover order as 1-based positions in ARGV[6]}. The decision is
+# gateway.routing's exact policy (documented there). Worker keys are built from ARGV,
+# so this is for one Redis, not Redis Cluster.
 ROUTE_LUA = """
 local now = tonumber(ARGV[1])
-local workers, hashes = {}, {}
+local workers, hashes, mine, cool = {}, {}, {}, {}
 for w in string.gmatch(ARGV[6], '%S+') do workers[#workers + 1] = w end
 for h in string.gmatch(ARGV[7], '%S+') do hashes[#hashes + 1] = h end
+for x in string.gmatch(ARGV[9], '%S+') do mine[#mine + 1] = tonumber(x) end
+for x in string.gmatch(ARGV[10], '%S+') do cool[#cool + 1] = (x == '1') end
+local n = #workers
 local fresh = 1
-if #workers == 0 then fresh = 0 else
+if n == 0 then fresh = 0 else
   local stamps = redis.call('HMGET', KEYS[1], unpack(workers))
-  for i = 1, #workers do
+  for i = 1, n do
     if not stamps[i] or now - tonumber(stamps[i]) > tonumber(ARGV[2]) then fresh = 0 end
   end
 end
@@ -65,59 +78,87 @@ local beats = redis.call('HGETALL', KEYS[2])
 for i = 1, #beats, 2 do
   if now - tonumber(beats[i + 1]) <= tonumber(ARGV[3]) then live[beats[i]] = true end
 end
-local load = {}
+local fleet = {}
 local inflight = redis.call('HGETALL', KEYS[3])
 for i = 1, #inflight, 2 do
   local f = inflight[i]
   local sep = string.find(f, '|', 1, true)
   if sep and live[string.sub(f, 1, sep - 1)] then
     local w = string.sub(f, sep + 1)
-    local n = tonumber(inflight[i + 1]) or 0
-    if n > 0 then load[w] = (load[w] or 0) + n end
+    local c = tonumber(inflight[i + 1]) or 0
+    if c > 0 then fleet[w] = (fleet[w] or 0) + c end
   else
     redis.call('HDEL', KEYS[3], f)  -- a dead replica's counts stop counting
   end
 end
 local out = {fresh}
-for _, w in ipairs(workers) do
-  local key, pkey = ARGV[5] .. 'w:' .. w, ARGV[5] .. 'p:' .. w
-  local held = 0
-  while held < #hashes and redis.call('HEXISTS', key, hashes[held + 1]) == 1 do
-    held = held + 1
-  end
-  local claimed = held
-  while claimed < #hashes do
-    local h = hashes[claimed + 1]
-    if redis.call('HEXISTS', key, h) == 0 then
-      local till = redis.call('HGET', pkey, h)
+local held, score, load = {}, {}, {}
+local best, total, anycool = 0, 0, false
+for i, w in ipairs(workers) do
+  local key, pkey, rkey = ARGV[5] .. 'w:' .. w, ARGV[5] .. 'p:' .. w, ARGV[8] .. w
+  local h = 0
+  while h < #hashes and redis.call('HEXISTS', key, hashes[h + 1]) == 1 do h = h + 1 end
+  local c = h
+  while c < #hashes do
+    local x = hashes[c + 1]
+    if redis.call('HEXISTS', key, x) == 0 then
+      local till = redis.call('HGET', pkey, x)
       if not till or tonumber(till) < now then break end
     end
-    claimed = claimed + 1
+    c = c + 1
   end
-  local rkey = ARGV[8] .. w
   redis.call('ZREMRANGEBYSCORE', rkey, '-inf', now)
-  out[#out + 1] = held
-  out[#out + 1] = claimed
-  out[#out + 1] = (load[w] or 0) + redis.call('ZCARD', rkey)
+  local l = (fleet[w] or 0) + redis.call('ZCARD', rkey)
+  held[i], score[i] = h, c
+  load[i] = math.max(l, mine[i] or 0)  -- this replica's own count is newer
+  best = math.max(best, c)
+  total = total + load[i]
+  if cool[i] then anycool = true end
+  out[#out + 1] = h
+  out[#out + 1] = c
+  out[#out + 1] = l
 end
-return out
-"""
-
-# KEYS: the worker's pending hash, its reservations. ARGV: until (unix time), key TTL
-# seconds, hashes, reservation expiry (unix time), reservation member.
-CLAIM_LUA = """
-redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
-redis.call('EXPIRE', KEYS[2], ARGV[2])
+if fresh == 0 or ARGV[17] ~= '1' then return out end
+local function usable(i) return cool[i] or not anycool end
+local order, rest = {}, {}
+if #hashes > 0 and best < tonumber(ARGV[11]) * #hashes then
+  for i = 1, n do
+    if usable(i) then order[#order + 1] = i else rest[#rest + 1] = i end
+  end
+  table.sort(order, function(a, b)
+    if load[a] ~= load[b] then return load[a] < load[b] end
+    if score[a] ~= score[b] then return score[a] > score[b] end
+    return a < b
+  end)
+else
+  local ranked = {}
+  for i = 1, n do ranked[i] = i end
+  table.sort(ranked, function(a, b)
+    if score[a] ~= score[b] then return score[a] > score[b] end
+    return a < b
+  end)
+  local bound = math.ceil((1 + tonumber(ARGV[12])) * (total + 1) / n)
+  for _, i in ipairs(ranked) do
+    if usable(i) and load[i] + 1 <= bound then order[#order + 1] = i
+    else rest[#rest + 1] = i end
+  end
+end
+for _, i in ipairs(rest) do order[#order + 1] = i end
+local chosen = order[1]
+local w = workers[chosen]
 local args = {}
-for h in string.gmatch(ARGV[3], '%S+') do
-  args[#args + 1] = h
-  args[#args + 1] = ARGV[1]
+for j = held[chosen] + 1, #hashes do
+  args[#args + 1] = hashes[j]
+  args[#args + 1] = ARGV[13]
 end
 if #args > 0 then
-  redis.call('HSET', KEYS[1], unpack(args))
-  redis.call('EXPIRE', KEYS[1], ARGV[2])
+  redis.call('HSET', ARGV[5] .. 'p:' .. w, unpack(args))
+  redis.call('EXPIRE', ARGV[5] .. 'p:' .. w, ARGV[14])
 end
-return #args / 2
+redis.call('ZADD', ARGV[8] .. w, ARGV[15], ARGV[16])
+redis.call('EXPIRE', ARGV[8] .. w, ARGV[14])
+for _, i in ipairs(order) do out[#out + 1] = i end
+return out
 """
 
 # KEYS: a pending hash. ARGV: now. Deletes claims that expired.
@@ -206,37 +247,21 @@ def prune_pending(client: Any, *, workers: Sequence[str], now: float | None = No
     return sum(int(client.eval(PRUNE_LUA, 1, pending_key(w), str(stamp)) or 0) for w in workers)
 
 
-def queue_claim(pipe: Any, *, worker: str, hashes: Sequence[int], now: float, member: str) -> None:
-    """Queue a pending placement: ``hashes`` count as held by ``worker`` for a few
-    seconds, and one request (``member``) as in flight on it until the gateway's own
-    count is published (``workers.load_state.RESERVE_SECONDS`` at most).
-
-    ``pipe`` may be a sync or asyncio pipeline (or client); the gateway sends it right
-    after its routing decision, so the next request of any replica sees it.
-    """
-    keys, args = claim_args(worker=worker, hashes=hashes, now=now, member=member)
-    pipe.eval(CLAIM_LUA, len(keys), *keys, *args)
-
-
-def claim_args(
-    *, worker: str, hashes: Sequence[int], now: float, member: str
-) -> tuple[list[str], list[str]]:
-    """``(keys, args)`` of one :data:`CLAIM_LUA` call."""
-    from workers import load_state
-
-    return [pending_key(worker), load_state.reserved_key(worker)], [
-        f"{now + PENDING_SECONDS:.3f}",
-        str(int(PENDING_SECONDS * 4)),
-        " ".join(map(str, hashes)),
-        f"{now + load_state.RESERVE_SECONDS:.3f}",
-        member,
-    ]
-
-
 def route_args(
-    *, workers: Sequence[str], hashes: Sequence[int], replica: str, now: float, replica_ttl: float
+    *,
+    workers: Sequence[str],
+    hashes: Sequence[int],
+    replica: str,
+    now: float,
+    replica_ttl: float,
+    mine: Sequence[int] = (),
+    cool: Sequence[bool] = (),
+    threshold: float = 0.0,
+    epsilon: float = 0.0,
+    member: str = "",
+    decide: bool = False,
 ) -> tuple[list[str], list[str]]:
-    """``(keys, args)`` of one :data:`ROUTE_LUA` call."""
+    """``(keys, args)`` of one :data:`ROUTE_LUA` call (``decide``: also choose and claim)."""
     from workers import load_state
 
     keys = [LIVE_KEY, load_state.BEAT_KEY, load_state.INFLIGHT_KEY]
@@ -249,21 +274,33 @@ def route_args(
         " ".join(workers),
         " ".join(map(str, hashes)),
         load_state.RESERVED_PREFIX,
+        " ".join(map(str, mine)) if mine else " ".join("0" for _ in workers),
+        " ".join("1" if c else "0" for c in cool) if cool else " ".join("1" for _ in workers),
+        repr(threshold),
+        repr(epsilon),
+        f"{now + PENDING_SECONDS:.3f}",
+        str(int(PENDING_SECONDS * 4)),
+        f"{now + load_state.RESERVE_SECONDS:.3f}",
+        member or "-",
+        "1" if decide else "0",
     ]
     return keys, args
 
 
 def parse_route(
     reply: Sequence[Any], *, workers: Sequence[str]
-) -> tuple[bool, dict[str, int], dict[str, int], dict[str, int]]:
-    """``(fresh, held, held or claimed, in flight)`` per worker from a :data:`ROUTE_LUA` reply."""
+) -> tuple[bool, dict[str, int], dict[str, int], dict[str, int], list[int]]:
+    """``(fresh, held, held or claimed, in flight, order)`` from a :data:`ROUTE_LUA` reply;
+    ``order``: the failover order as 0-based positions in ``workers`` (empty if it did
+    not decide)."""
     held, claimed, load = {}, {}, {}
     for i, worker in enumerate(workers):
         base = 1 + 3 * i
         held[worker] = int(reply[base])
         claimed[worker] = int(reply[base + 1])
         load[worker] = int(reply[base + 2])
-    return bool(int(reply[0])), held, claimed, load
+    order = [int(x) - 1 for x in reply[1 + 3 * len(workers) :]]
+    return bool(int(reply[0])), held, claimed, load, order
 
 
 def worker_forget(worker: str) -> None:

@@ -95,9 +95,8 @@ def _route(workers, body, **kw):
         routing._clients.clear()  # one client per event loop
         # Each call plays a fresh gateway process: nothing routed before is remembered
         # locally, only what is in Redis.
-        routing.pending_index._entries.clear()
         routing._reserved.clear()
-        decision = await routing.route_request(
+        return await routing.route_request(
             body=body,
             kind="chat",
             text=body["messages"][0]["content"],
@@ -109,8 +108,6 @@ def _route(workers, body, **kw):
             approx_index=PrefixIndex(),
             replica=kw.get("replica", "test"),
         )
-        await asyncio.gather(*routing._claims)  # its pending placement, sent after
-        return decision
 
     return asyncio.run(go())
 
