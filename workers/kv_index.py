@@ -96,16 +96,23 @@ local held, score, load = {}, {}, {}
 local best, total, anycool = 0, 0, false
 for i, w in ipairs(workers) do
   local key, pkey, rkey = ARGV[5] .. 'w:' .. w, ARGV[5] .. 'p:' .. w, ARGV[8] .. w
-  local h = 0
-  while h < #hashes and redis.call('HEXISTS', key, hashes[h + 1]) == 1 do h = h + 1 end
-  local c = h
-  while c < #hashes do
-    local x = hashes[c + 1]
-    if redis.call('HEXISTS', key, x) == 0 then
-      local till = redis.call('HGET', pkey, x)
-      if not till or tonumber(till) < now then break end
+  -- One HMGET per key (a C loop) instead of a call per block, and none at all where
+  -- the first block that matters is absent (most workers, for most prompts).
+  local h, c, got = 0, 0, {}
+  if #hashes > 0 and redis.call('HEXISTS', key, hashes[1]) == 1 then
+    got = redis.call('HMGET', key, unpack(hashes))
+    while h < #hashes and got[h + 1] do h = h + 1 end
+  end
+  c = h
+  if c < #hashes and redis.call('HEXISTS', pkey, hashes[h + 1]) == 1 then
+    local till = redis.call('HMGET', pkey, unpack(hashes, h + 1))
+    while c < #hashes do
+      if not got[c + 1] then
+        local t = till[c + 1 - h]
+        if not t or tonumber(t) < now then break end
+      end
+      c = c + 1
     end
-    c = c + 1
   end
   redis.call('ZREMRANGEBYSCORE', rkey, '-inf', now)
   local l = (fleet[w] or 0) + redis.call('ZCARD', rkey)
