@@ -277,6 +277,7 @@ class Outcome:
     per_worker: Counter = field(default_factory=Counter)
     errors: int = 0
     elapsed: float = 0.0
+    modes: Counter = field(default_factory=Counter)
 
     @property
     def hit_rate(self) -> float:
@@ -520,6 +521,23 @@ async def _lookup_cost(
     return costs
 
 
+def _route_modes(ports: list[int]) -> Counter:
+    """``cacheplane_gateway_route_total`` summed over the gateways (their /metrics)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    modes: Counter = Counter()
+    for port in ports:
+        try:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        except httpx.HTTPError:
+            continue
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "cacheplane_gateway_route_total":
+                    modes[f"{sample.labels['mode']}/{sample.labels['reason']}"] += sample.value
+    return modes
+
+
 def run_policy(
     name: str, trace: Trace, args, keys: dict[int, str], salts
 ) -> tuple[Outcome, dict[str, list[float]]]:
@@ -588,6 +606,9 @@ def run_policy(
             time.sleep(2.5)  # the gateways' directory refresh picks up the new workers
             sender = ThroughRouter([f"http://127.0.0.1:{p}" for p in ports], keys)
         outcome = asyncio.run(replay(trace, sender, workers, salts, name))
+        if name in ("approx", "exact", "exact_x4"):
+            outcome.modes = _route_modes(ports)
+            print(f"  {name} routing decisions by mode/reason: {dict(outcome.modes)}")
         views = [(f"w{i}", w.base_url) for i, w in enumerate(workers)]
     if name == "exact" and args.lookup_samples:
         # Measured with the in-process workers stopped (their threads would compete for

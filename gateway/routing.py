@@ -58,7 +58,8 @@ EPSILON = 0.25
 HOLDERS = 3  # workers remembered per chain hash
 PRESSURE = 0.85
 KEY_BLOCK = 1  # exact mode: the block whose hash places a new prefix (the first)
-EXACT_EPSILON = 1.0  # exact mode's load bound for real holders: 2 x the mean in flight
+# Exact mode's load bound for real holders: 2 x the mean in flight.
+EXACT_EPSILON = float(os.environ.get("CACHEPLANE_ROUTING_HOLDER_EPSILON", "1.0"))
 MATCH_THRESHOLD = 0.3  # exact mode: below this share of the prompt held, place by load
 
 ROUTES = Counter(
