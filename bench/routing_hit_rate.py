@@ -297,7 +297,10 @@ async def replay(
     trace: Trace, sender: Sender, workers: list[RunningWorker], salts, policy: str
 ) -> Outcome:
     outcome = Outcome(policy)
-    limits = httpx.Limits(max_connections=128, max_keepalive_connections=128)
+    # Idle connections go after 2 s, before the workers' own 5 s keep-alive timeout: a
+    # baseline sent straight to workers would otherwise lose a request now and then to a
+    # connection the worker closes just as it is reused (the gateway retries that case).
+    limits = httpx.Limits(max_connections=128, max_keepalive_connections=128, keepalive_expiry=2.0)
 
     async def one(client: httpx.AsyncClient, request: Request) -> None:
         url, headers, worker = sender.target(request)
@@ -521,6 +524,32 @@ async def _lookup_cost(
     return costs
 
 
+@contextlib.contextmanager
+def _indexer(workers: list[RunningWorker]):
+    """``python -m workers.kv_indexer`` for these workers, until every one is live."""
+    import redis
+
+    command = [sys.executable, "-m", "workers.kv_indexer", "--redis", os.environ["REDIS_URL"]]
+    for i, w in enumerate(workers):
+        command += ["--source", f"w{i}={w.kv_events_endpoint},{w.kv_events_replay_endpoint}"]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL)
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    try:
+        deadline = time.monotonic() + 60
+        while client.hlen("cp:kv:live") < len(workers):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the KV indexer did not come up")
+            time.sleep(0.2)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def _route_modes(ports: list[int]) -> Counter:
     """``cacheplane_gateway_route_total`` summed over the gateways (their /metrics)."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -541,9 +570,6 @@ def _route_modes(ports: list[int]) -> Counter:
 def run_policy(
     name: str, trace: Trace, args, keys: dict[int, str], salts
 ) -> tuple[Outcome, dict[str, list[float]]]:
-    import redis
-
-    from workers.kv_indexer import IndexerThread, Source
 
     oracle = name == "oracle"
     count, pool = (
@@ -592,13 +618,9 @@ def run_policy(
             _register(workers)
             exact = name.startswith("exact")
             if exact:
-                client = redis.Redis.from_url(os.environ["REDIS_URL"])
-                sources = [
-                    Source(f"w{i}", w.kv_events_endpoint, w.kv_events_replay_endpoint)
-                    for i, w in enumerate(workers)
-                ]
-                indexer = IndexerThread(redis=client, sources=sources).start()
-                stack.callback(indexer.stop)
+                # Its own process, as deployed (a thread here would share this process's
+                # GIL with the workers and, on a loaded machine, let the index go stale).
+                stack.enter_context(_indexer(workers))
             replicas = 4 if name.endswith("_x4") else 1
             ports = [args.port_base + 1 + k for k in range(replicas)]
             for port in ports:

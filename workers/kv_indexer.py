@@ -223,6 +223,9 @@ class KVIndexer:
                 frames = dealer.recv_multipart()
                 seq_bytes, payload = frames[-2], frames[-1]
                 if seq_bytes == END_SEQ:
+                    if first and start == 0 and stream.last is None:
+                        # The worker has published nothing yet: an empty index is exact.
+                        stream.synced = True
                     break
                 seq = int.from_bytes(seq_bytes, "big")
                 if until is not None and seq >= until:
