@@ -312,9 +312,11 @@ async def _send(
 
     A connection that breaks before the worker answered anything (``RemoteProtocolError``
     "server disconnected without sending a response", a reset while writing or reading)
-    is sent once more, to the same worker on a new connection: typically a kept-alive
-    connection the worker closed for idleness just as the gateway reused it (uvicorn's
-    and httpx's idle timeouts are both 5 s). Nothing has reached the client then, and a
+    is sent once more, to the same worker on a connection opened for it: typically a
+    kept-alive connection the worker closed for idleness just as the gateway reused it
+    (uvicorn's and httpx's idle timeouts are both 5 s; connections that went idle
+    together after a burst are closed together, so another pooled one may be closing
+    too). Nothing has reached the client then, and a
     request that did run twice costs the worker a prefill but books only the answer the
     client gets. Once per request; a second break is the 502 it always was.
     """
@@ -324,9 +326,12 @@ async def _send(
         while True:
             directory.acquire(worker.name)
             try:
-                response = await upstream.pool().post(
-                    worker.base_url + path, json=body, headers=headers
-                )
+                if retried:
+                    response = await _post_fresh(worker.base_url + path, body, headers)
+                else:
+                    response = await upstream.pool().post(
+                        worker.base_url + path, json=body, headers=headers
+                    )
                 return worker, response
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 directory.release(worker.name)
@@ -354,3 +359,15 @@ async def _send(
     raise GatewayError(
         503, "upstream_unavailable", f"No worker accepted the request ({last_error})."
     )
+
+
+async def _post_fresh(url: str, body: dict, headers: dict) -> httpx.Response:
+    """POST on a new connection of its own (closed with the response): the retry."""
+    transport = httpx.AsyncHTTPTransport(
+        limits=httpx.Limits(max_connections=1, max_keepalive_connections=0)
+    )
+    timeout = httpx.Timeout(settings.CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS, connect=5.0)
+    request = httpx.Request(
+        "POST", url, json=body, headers=headers, extensions={"timeout": timeout.as_dict()}
+    )
+    return await transport.handle_async_request(request)
