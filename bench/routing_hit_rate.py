@@ -834,7 +834,8 @@ def _report(
     if replicas is not None:
         ok = replicas >= 1 - TARGET_REPLICAS and all(p[2].balance <= TARGET_BALANCE for p in pairs)
         met.append(f"target_replicas_met={ok}")
-    fields.append(f"errors={sum(o.errors for o in outcomes.values())}")
+    swept = [o for _seed, a, b in pairs[1:] for o in (a, b)]  # pairs[0] is in outcomes
+    fields.append(f"errors={sum(o.errors for o in [*outcomes.values(), *swept])}")
     fields.append(f"loadavg={os.getloadavg()[0]:.2f}")
     print("RESULT " + " ".join(fields + met))
     return 0
