@@ -19,19 +19,23 @@ Policies (fresh reference workers for each, in this process; KV events on ZMQ):
 - ``round_robin`` and ``session`` (rendezvous on the session id): sent straight to workers;
 - ``approx``: through a real gateway process (``controlplane.asgi`` under uvicorn,
   ``CACHEPLANE_ROUTING_INDEX=approximate``): the character-based prefix index;
-- ``exact``: through a real gateway process, the KV indexer (``workers.kv_indexer``,
-  a thread here) feeding Redis: event-exact routing;
+- ``exact``: through a real gateway process, the KV indexer (``python -m
+  workers.kv_indexer``, its own process as deployed) feeding Redis: event-exact routing;
 - ``exact_x4``: four gateway processes sharing Redis, requests spread over them in turn;
+  ``exact`` and ``exact_x4`` run again on the traces of ``--replica-seeds`` (default
+  12, 13), and ``replicas4_vs_1`` is pooled over all seeds (each seed's ratio printed);
 - ``vr_cache_aware`` / ``vr_kv_aware``: vllm-router (PyPI ``vllm-router``; pass
   ``--vllm-router PATH``), its ``kv_aware`` fed the same ZMQ streams and the workers'
   ``/v1/chat/completions/render``;
 - ``oracle``: one worker per tenant with a pool that never evicts.
 
 Reported: token hit rate (sum of ``cached_tokens`` over ``prompt_tokens``), TTFT p50 (full
-latency at ``max_tokens=1``), busiest worker's requests over the mean; then the hot-path
-cost of one exact lookup (hashing + Redis round trip), measured in this process.
+latency at ``max_tokens=1``), busiest worker's requests over the mean; the gateways' routing decisions by mode; then
+the hot-path cost of one exact lookup (tokenize, hash, one Redis script), wall and CPU
+time, measured in this process.
 
     .venv/bin/python bench/routing_hit_rate.py [--quick] [--vllm-router /path/to/vllm-router]
+        [--replica-seeds 12,13] [--port-base 18700]
 
 The last line is ``RESULT key=value ...``.
 """
