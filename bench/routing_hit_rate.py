@@ -30,9 +30,9 @@ Policies (fresh reference workers for each, in this process; KV events on ZMQ):
 - ``oracle``: one worker per tenant with a pool that never evicts.
 
 Reported: token hit rate (sum of ``cached_tokens`` over ``prompt_tokens``), TTFT p50 (full
-latency at ``max_tokens=1``), busiest worker's requests over the mean; the gateways' routing decisions by mode; then
-the hot-path cost of one exact lookup (tokenize, hash, one Redis script), wall and CPU
-time, measured in this process.
+latency at ``max_tokens=1``), busiest worker's requests over the mean; the gateways'
+routing decisions by mode; then the hot-path cost of one exact lookup (tokenize, hash,
+one Redis script), wall and CPU time, measured in this process.
 
     .venv/bin/python bench/routing_hit_rate.py [--quick] [--vllm-router /path/to/vllm-router]
         [--replica-seeds 12,13] [--port-base 18700]
