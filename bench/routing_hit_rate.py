@@ -19,19 +19,23 @@ Policies (fresh reference workers for each, in this process; KV events on ZMQ):
 - ``round_robin`` and ``session`` (rendezvous on the session id): sent straight to workers;
 - ``approx``: through a real gateway process (``controlplane.asgi`` under uvicorn,
   ``CACHEPLANE_ROUTING_INDEX=approximate``): the character-based prefix index;
-- ``exact``: through a real gateway process, the KV indexer (``workers.kv_indexer``,
-  a thread here) feeding Redis: event-exact routing;
+- ``exact``: through a real gateway process, the KV indexer (``python -m
+  workers.kv_indexer``, its own process as deployed) feeding Redis: event-exact routing;
 - ``exact_x4``: four gateway processes sharing Redis, requests spread over them in turn;
+  ``exact`` and ``exact_x4`` run again on the traces of ``--replica-seeds`` (default
+  12, 13), and ``replicas4_vs_1`` is pooled over all seeds (each seed's ratio printed);
 - ``vr_cache_aware`` / ``vr_kv_aware``: vllm-router (PyPI ``vllm-router``; pass
   ``--vllm-router PATH``), its ``kv_aware`` fed the same ZMQ streams and the workers'
   ``/v1/chat/completions/render``;
 - ``oracle``: one worker per tenant with a pool that never evicts.
 
 Reported: token hit rate (sum of ``cached_tokens`` over ``prompt_tokens``), TTFT p50 (full
-latency at ``max_tokens=1``), busiest worker's requests over the mean; then the hot-path
-cost of one exact lookup (hashing + Redis round trip), measured in this process.
+latency at ``max_tokens=1``), busiest worker's requests over the mean; the gateways'
+routing decisions by mode; then the hot-path cost of one exact lookup (tokenize, hash,
+one Redis script), wall and CPU time, measured in this process.
 
     .venv/bin/python bench/routing_hit_rate.py [--quick] [--vllm-router /path/to/vllm-router]
+        [--replica-seeds 12,13] [--port-base 18700]
 
 The last line is ``RESULT key=value ...``.
 """
@@ -79,7 +83,7 @@ BLOCK_SIZE = 16
 BYTES_PER_TOKEN = 512
 MAX_MODEL_LEN = 4096
 ORACLE_POOL_TOKENS = 128 * 1024
-PORTS = range(18700, 18800)  # this benchmark's port range on the shared machine
+PORT_BASE = 18700  # gateways at base+1.., vllm-router at base+20 (--port-base)
 TARGET_EXACT = 0.95
 TARGET_BALANCE = 1.25
 TARGET_REPLICAS = 0.02
@@ -277,6 +281,7 @@ class Outcome:
     per_worker: Counter = field(default_factory=Counter)
     errors: int = 0
     elapsed: float = 0.0
+    modes: Counter = field(default_factory=Counter)
 
     @property
     def hit_rate(self) -> float:
@@ -296,7 +301,10 @@ async def replay(
     trace: Trace, sender: Sender, workers: list[RunningWorker], salts, policy: str
 ) -> Outcome:
     outcome = Outcome(policy)
-    limits = httpx.Limits(max_connections=128, max_keepalive_connections=128)
+    # Idle connections go after 2 s, before the workers' own 5 s keep-alive timeout: a
+    # baseline sent straight to workers would otherwise lose a request now and then to a
+    # connection the worker closes just as it is reused (the gateway retries that case).
+    limits = httpx.Limits(max_connections=128, max_keepalive_connections=128, keepalive_expiry=2.0)
 
     async def one(client: httpx.AsyncClient, request: Request) -> None:
         url, headers, worker = sender.target(request)
@@ -480,18 +488,23 @@ def _reset_redis() -> None:
             client.delete(key)
 
 
-async def _lookup_cost(trace: Trace, workers: list[tuple[str, str]], samples: int) -> list[float]:
-    """Seconds per ``route_request`` in exact mode (tokenize, hash, one Redis pipeline)."""
+async def _lookup_cost(
+    trace: Trace, workers: list[tuple[str, str]], samples: int
+) -> dict[str, list[float]]:
+    """Seconds per ``route_request`` in exact mode (tokenize, hash, one Redis script):
+    wall time and this thread's CPU time, for every sampled request and for those whose
+    prompt the index already held (a known prefix: nothing to claim)."""
     from gateway.directory import WorkerView
     from gateway.routing import PrefixIndex, route_request
 
     views = [WorkerView(name, url, MODEL, "default", BLOCK_SIZE, 0.0) for name, url in workers]
     requests = [r for _, _, eps in trace.phases for e in eps for s in e.steps for r in s]
-    costs, modes = [], Counter()
+    costs: dict[str, list[float]] = {"wall": [], "cpu": [], "known_cpu": [], "known_wall": []}
+    modes = Counter()
     approx = PrefixIndex()
     for r in requests[:samples]:
         body = {"model": MODEL, "messages": r.messages}
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         decision = await route_request(
             body=body,
             kind="chat",
@@ -504,24 +517,69 @@ async def _lookup_cost(trace: Trace, workers: list[tuple[str, str]], samples: in
             approx_index=approx,
             replica="bench",
         )
-        costs.append(time.perf_counter() - started)
+        wall, cpu = time.perf_counter() - started, time.thread_time() - cpu
+        costs["wall"].append(wall)
+        costs["cpu"].append(cpu)
+        if decision.routed_tokens and decision.routed_tokens == decision.available_tokens:
+            costs["known_wall"].append(wall)
+            costs["known_cpu"].append(cpu)
         modes[decision.mode] += 1
-    print(f"  lookup modes: {dict(modes)}")
+    print(f"  lookup modes: {dict(modes)}; known prefixes: {len(costs['known_cpu'])}")
     return costs
+
+
+@contextlib.contextmanager
+def _indexer(workers: list[RunningWorker]):
+    """``python -m workers.kv_indexer`` for these workers, until every one is live."""
+    import redis
+
+    command = [sys.executable, "-m", "workers.kv_indexer", "--redis", os.environ["REDIS_URL"]]
+    for i, w in enumerate(workers):
+        command += ["--source", f"w{i}={w.kv_events_endpoint},{w.kv_events_replay_endpoint}"]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL)
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    try:
+        deadline = time.monotonic() + 60
+        while client.hlen("cp:kv:live") < len(workers):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the KV indexer did not come up")
+            time.sleep(0.2)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _route_modes(ports: list[int]) -> Counter:
+    """``cacheplane_gateway_route_total`` summed over the gateways (their /metrics)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    modes: Counter = Counter()
+    for port in ports:
+        try:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        except httpx.HTTPError:
+            continue
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "cacheplane_gateway_route_total":
+                    modes[f"{sample.labels['mode']}/{sample.labels['reason']}"] += sample.value
+    return modes
 
 
 def run_policy(
     name: str, trace: Trace, args, keys: dict[int, str], salts
-) -> tuple[Outcome, list[float]]:
-    import redis
-
-    from workers.kv_indexer import IndexerThread, Source
+) -> tuple[Outcome, dict[str, list[float]]]:
 
     oracle = name == "oracle"
     count, pool = (
         (trace.tenants, ORACLE_POOL_TOKENS) if oracle else (args.workers, args.pool_tokens)
     )
-    costs: list[float] = []
+    costs: dict[str, list[float]] = {}
     _reset_redis()
     with contextlib.ExitStack() as stack:
         workers = [stack.enter_context(serve(_config(pool))) for _ in range(count)]
@@ -539,7 +597,7 @@ def run_policy(
             command = [
                 args.vllm_router,
                 "--port",
-                "18720",
+                str(args.port_base + 20),
                 "--policy",
                 policy,
                 "--worker-urls",
@@ -557,28 +615,28 @@ def run_policy(
                         "--kv-event-replay-source",
                         f"{w.base_url}={w.kv_events_replay_endpoint}",
                     ]
-            stack.enter_context(_process(command, "http://127.0.0.1:18720/health"))
-            sender = ThroughRouter(["http://127.0.0.1:18720"], None)
+            router = f"http://127.0.0.1:{args.port_base + 20}"
+            stack.enter_context(_process(command, f"{router}/health"))
+            sender = ThroughRouter([router], None)
         else:
             _register(workers)
             exact = name.startswith("exact")
             if exact:
-                client = redis.Redis.from_url(os.environ["REDIS_URL"])
-                sources = [
-                    Source(f"w{i}", w.kv_events_endpoint, w.kv_events_replay_endpoint)
-                    for i, w in enumerate(workers)
-                ]
-                indexer = IndexerThread(redis=client, sources=sources).start()
-                stack.callback(indexer.stop)
+                # Its own process, as deployed (a thread here would share this process's
+                # GIL with the workers and, on a loaded machine, let the index go stale).
+                stack.enter_context(_indexer(workers))
             replicas = 4 if name.endswith("_x4") else 1
-            ports = [18701 + k for k in range(replicas)]
+            ports = [args.port_base + 1 + k for k in range(replicas)]
             for port in ports:
                 stack.enter_context(_gateway(port, "kv_events" if exact else "approximate"))
             time.sleep(2.5)  # the gateways' directory refresh picks up the new workers
             sender = ThroughRouter([f"http://127.0.0.1:{p}" for p in ports], keys)
         outcome = asyncio.run(replay(trace, sender, workers, salts, name))
+        if name in ("approx", "exact", "exact_x4"):
+            outcome.modes = _route_modes(ports)
+            print(f"  {name} routing decisions by mode/reason: {dict(outcome.modes)}")
         views = [(f"w{i}", w.base_url) for i, w in enumerate(workers)]
-    if name == "exact":
+    if name == "exact" and args.lookup_samples:
         # Measured with the in-process workers stopped (their threads would compete for
         # this process's GIL), while the index in Redis is still fresh.
         costs = asyncio.run(_lookup_cost(trace, views, args.lookup_samples))
@@ -617,6 +675,13 @@ def main() -> int:
     parser.add_argument("--lookup-samples", type=int, default=200)
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument(
+        "--replica-seeds",
+        default="12,13",
+        help="more trace seeds on which exact and exact_x4 run again (replicas4_vs_1 is "
+        "pooled over --seed and these); empty: the main seed only",
+    )
+    parser.add_argument("--port-base", type=int, default=PORT_BASE)
+    parser.add_argument(
         "--vllm-router",
         default=shutil.which("vllm-router") or "",
         help="the vllm-router binary (pip install vllm-router); its policies are skipped without",
@@ -646,7 +711,8 @@ def main() -> int:
     from bench.support import scratch_django
 
     outcomes: dict[str, Outcome] = {}
-    costs: list[float] = []
+    costs: dict[str, list[float]] = {}
+    pairs: list[tuple[int, Outcome, Outcome]] = []  # (seed, exact, exact_x4)
     with scratch_django("routing"):
         keys = _create_tenants(args.tenants)
         print(
@@ -657,17 +723,47 @@ def main() -> int:
             outcome, cost = run_policy(name, trace, args, keys, salts)
             costs = costs or cost
             outcomes[name] = outcome
-            spread = "/".join(str(outcome.per_worker[k]) for k in sorted(outcome.per_worker))
-            print(
-                f"{name:16} {outcome.hit_rate:8.3f} {outcome.ttft_ms():7.1f}ms "
-                f"{outcome.balance:12.2f} {spread[:20]:>20} {outcome.errors:6} "
-                f"{outcome.elapsed:5.1f}s",
-                flush=True,
-            )
-    return _report(outcomes, costs, trace)
+            _row(name, outcome)
+        if "exact" in outcomes and "exact_x4" in outcomes:
+            pairs.append((args.seed, outcomes["exact"], outcomes["exact_x4"]))
+            seeds = [int(x) for x in args.replica_seeds.split(",") if x.strip()]
+            for seed in seeds:
+                other = build_trace(argparse.Namespace(**{**vars(args), "seed": seed}))
+                print(f"seed {seed}: {other.requests} requests")
+                one, _ = run_policy("exact", other, _no_lookup(args), keys, salts)
+                _row("  exact", one)
+                four, _ = run_policy("exact_x4", other, args, keys, salts)
+                _row("  exact_x4", four)
+                pairs.append((seed, one, four))
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    return _report(outcomes, costs, trace, pairs)
 
 
-def _report(outcomes: dict[str, Outcome], costs: list[float], trace: Trace) -> int:
+def _no_lookup(args: argparse.Namespace) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), "lookup_samples": 0})
+
+
+def _row(name: str, outcome: Outcome) -> None:
+    spread = "/".join(str(outcome.per_worker[k]) for k in sorted(outcome.per_worker))
+    print(
+        f"{name:16} {outcome.hit_rate:8.3f} {outcome.ttft_ms():7.1f}ms "
+        f"{outcome.balance:12.2f} {spread[:20]:>20} {outcome.errors:6} "
+        f"{outcome.elapsed:5.1f}s",
+        flush=True,
+    )
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3 if ordered else 0.0
+
+
+def _report(
+    outcomes: dict[str, Outcome],
+    costs: dict[str, list[float]],
+    trace: Trace,
+    pairs: list[tuple[int, Outcome, Outcome]],
+) -> int:
     fields = [f"requests={trace.requests}"]
     for name, o in outcomes.items():
         fields += [
@@ -690,29 +786,61 @@ def _report(outcomes: dict[str, Outcome], costs: list[float], trace: Trace) -> i
     for k, v in ratios.items():
         if v is not None:
             fields.append(f"{k}={v:.3f}")
-    exact, x4 = outcomes.get("exact"), outcomes.get("exact_x4")
+    exact = outcomes.get("exact")
     if exact:
         fields.append(f"exact_balance={exact.balance:.2f}")
-    if exact and x4 and exact.hit_rate:
-        fields.append(f"replicas4_vs_1={x4.hit_rate / exact.hit_rate:.3f}")
-    if costs:
-        ordered = sorted(costs)
-        p50 = ordered[len(ordered) // 2] * 1e3
-        p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1e3
+    replicas = None
+    if pairs:
+        # Pooled over the seeds: the fleet's cached tokens over its prompt tokens, 4
+        # replicas against 1 on the same traces; each seed's ratio is shown too.
+        def pooled(outs: list[Outcome]) -> float:
+            prompt = sum(o.prompt_tokens for o in outs)
+            return sum(o.cached_tokens for o in outs) / prompt if prompt else 0.0
+
+        one = pooled([p[1] for p in pairs])
+        four = pooled([p[2] for p in pairs])
+        replicas = four / one if one else None
+        per_seed = [p[2].hit_rate / p[1].hit_rate if p[1].hit_rate else 0.0 for p in pairs]
+        balance4 = max(p[2].balance for p in pairs)
         print(
-            "exact lookup on the hot path (tokenize + hash + one Redis pipeline): "
-            f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+            "4 replicas vs 1, per seed: "
+            + ", ".join(
+                f"seed {seed} {r:.3f} (balance {a.balance:.2f} vs {b.balance:.2f})"
+                for (seed, a, b), r in zip(pairs, per_seed, strict=True)
+            )
         )
-        fields += [f"lookup_p50_ms={p50:.2f}", f"lookup_p99_ms={p99:.2f}"]
+        if replicas is not None:
+            fields.append(f"replicas4_vs_1={replicas:.3f}")
+        fields += [
+            f"replicas4_vs_1_min={min(per_seed):.3f}",
+            f"replicas4_seeds={len(pairs)}",
+            f"exact_x4_balance_max={balance4:.2f}",
+        ]
+    if costs.get("cpu"):
+        print(
+            "exact lookup on the hot path (tokenize + hash + one Redis script): "
+            f"wall p50 {_pct(costs['wall'], 0.5):.2f} ms, p99 {_pct(costs['wall'], 0.99):.2f} ms; "
+            f"CPU p50 {_pct(costs['cpu'], 0.5):.3f} ms, p99 {_pct(costs['cpu'], 0.99):.3f} ms "
+            f"(with its claim); known prefix CPU p50 {_pct(costs['known_cpu'], 0.5):.3f} ms "
+            f"over {len(costs['known_cpu'])} lookups"
+        )
+        fields += [
+            f"lookup_p50_ms={_pct(costs['wall'], 0.5):.2f}",
+            f"lookup_p99_ms={_pct(costs['wall'], 0.99):.2f}",
+            f"lookup_cpu_p50_ms={_pct(costs['cpu'], 0.5):.3f}",
+            f"lookup_cpu_p99_ms={_pct(costs['cpu'], 0.99):.3f}",
+            f"lookup_known_cpu_p50_ms={_pct(costs['known_cpu'], 0.5):.3f}",
+        ]
     met = []
     if ratios["exact_vs_oracle"] is not None and exact:
         ok = ratios["exact_vs_oracle"] >= TARGET_EXACT and exact.balance <= TARGET_BALANCE
         met.append(f"target_exact_met={ok}")
-    if exact and x4 and exact.hit_rate:
-        met.append(
-            f"target_replicas_met={abs(1 - x4.hit_rate / exact.hit_rate) <= TARGET_REPLICAS}"
-        )
-    fields.append(f"errors={sum(o.errors for o in outcomes.values())}")
+    if replicas is not None:
+        ok = replicas >= 1 - TARGET_REPLICAS and all(p[2].balance <= TARGET_BALANCE for p in pairs)
+        met.append(f"target_replicas_met={ok}")
+    swept = [o for _seed, a, b in pairs[1:] for o in (a, b)]  # pairs[0] is in outcomes
+    fields.append(f"errors={sum(o.errors for o in [*outcomes.values(), *swept])}")
+    fields.append(f"loadavg={os.getloadavg()[0]:.2f}")
     print("RESULT " + " ".join(fields + met))
     return 0
 

@@ -19,10 +19,13 @@ Event-exact mode (:func:`route_request`, the one call the gateway's route step m
 when the KV indexer (``workers.kv_indexer``) keeps the fleet's index fresh in Redis, the
 prompt is tokenized and hashed exactly as the engine will (``workers.request_hashing``:
 its tokenizer, block size, ``sha256_cbor``, the tenant salt in block 0) and every worker
-is scored by the blocks it *really* holds (consecutive from block 0). The same Redis round
-trip reads the fleet's in-flight counts (``workers.load_state``), so the load bound is
-fleet-wide. The character-based index above stays the fallback whenever the index is
-stale, Redis is unreachable, or the engine's tokenizer is unknown here; the mode of each
+is scored by the blocks it *really* holds (consecutive from block 0) or that any replica
+has just routed to it (a pending placement, until the worker's ``BlockStored`` arrives).
+The same Redis round trip reads the fleet's in-flight counts (``workers.load_state``),
+makes the decision inside Redis and records it (claim + load reservation), atomically,
+so the load bound is fleet-wide and concurrent replicas agree on where a new prefix
+goes. The character-based index above stays the fallback whenever the index is stale,
+Redis is unreachable, or the engine's tokenizer is unknown here; the mode of each
 decision is counted in ``cacheplane_gateway_route_total{mode}``.
 """
 
@@ -30,11 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import math
 import os
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,8 +58,8 @@ EPSILON = 0.25
 HOLDERS = 3  # workers remembered per chain hash
 PRESSURE = 0.85
 KEY_BLOCK = 1  # exact mode: the block whose hash places a new prefix (the first)
-PENDING_SECONDS = 3.0  # how long a routed-but-not-yet-evented prefix counts as held
-EXACT_EPSILON = 1.0  # exact mode's load bound for real holders: 2 x the mean in flight
+# Exact mode's load bound for real holders: 2 x the mean in flight.
+EXACT_EPSILON = float(os.environ.get("CACHEPLANE_ROUTING_HOLDER_EPSILON", "1.0"))
 MATCH_THRESHOLD = 0.3  # exact mode: below this share of the prompt held, place by load
 
 ROUTES = Counter(
@@ -176,43 +180,9 @@ class RouteDecision:
     holders: tuple[str, ...] = ()
 
 
-class PendingIndex:
-    """Block hashes this replica just routed, before the worker's events confirm them.
-
-    Closes the gap llm-d closes with speculative entries: two requests for one new prefix
-    a few milliseconds apart both go where the first went. Entries expire after
-    ``PENDING_SECONDS``; by then the indexer has the real state.
-    """
-
-    def __init__(self, capacity: int = 100_000) -> None:
-        self.capacity = capacity
-        self._entries: OrderedDict[int, tuple[str, float]] = OrderedDict()
-
-    def depth(self, hashes: Sequence[int], worker: str, now: float) -> int:
-        depth = 0
-        for h in hashes:
-            entry = self._entries.get(h)
-            if entry is None or entry[0] != worker or now - entry[1] > PENDING_SECONDS:
-                break
-            depth += 1
-        return depth
-
-    def clear(self) -> None:
-        """Forget every recent route."""
-        self._entries.clear()
-
-    def record(self, hashes: Sequence[int], worker: str, now: float) -> None:
-        for h in hashes:
-            self._entries[h] = (worker, now)
-            self._entries.move_to_end(h)
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
-
-
 # id(loop) → (loop, client): a finished loop's id can be reused by a new loop, whose
 # client must not be the dead loop's (the loop itself is compared, as in hotpath_redis).
 _clients: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
-pending_index = PendingIndex()
 
 
 def _redis_url() -> str | None:
@@ -256,9 +226,13 @@ async def publish_load(*, replica: str, worker: str, delta: int) -> None:
     client = fleet_client()
     if client is None:
         return
+    now = time.time()
+    member = _take_reservation(worker, now) if delta > 0 else ""
     try:
         pipe = client.pipeline(transaction=False)
-        load_state.queue_add(pipe, replica=replica, worker=worker, delta=delta, now=time.time())
+        load_state.queue_add(
+            pipe, replica=replica, worker=worker, delta=delta, now=now, reservation=member
+        )
         await pipe.execute()
     except Exception:  # Redis down: others see this replica's load once it is back
         logger.debug("fleet load update failed", exc_info=True)
@@ -279,68 +253,94 @@ async def route_request(
 ) -> RouteDecision:
     """Order ``workers`` for one request: event-exact when the index is fresh, else guessed.
 
-    One Redis pipeline reads the KV index for the prompt's block hashes, the fleet's
-    in-flight counts, and stamps this replica's liveness. Any Redis failure degrades to
-    the approximate mode with this replica's own counts; routing never fails a request.
+    One Redis script (``workers.kv_index.ROUTE_LUA``, one round trip, atomic) reads the
+    index's freshness, per worker the blocks held and held-or-claimed, and the fleet's
+    in-flight counts; stamps this replica's liveness; and, when the index is fresh, makes
+    the exact decision below and records it: the blocks the chosen worker does not hold
+    yet are claimed for it (a pending placement) and one request is reserved on it, so the
+    next lookup of any replica already sees both. Any Redis failure degrades to the
+    approximate mode with this replica's own counts; routing never fails a request.
+
+    The exact decision (scores are blocks held or claimed, consecutive from block 0):
+    a prompt mostly new to every worker (best < ``MATCH_THRESHOLD`` of its blocks) goes
+    to the least-loaded worker below the KV pressure threshold (deepest partial holder,
+    then rendezvous order, among equals): it pays its prefill wherever it goes, so new
+    content spreads over the pool instead of piling onto one tenant's worker and spilling
+    later, mid-session. Otherwise holders come first by depth (ties in rendezvous order
+    of the request's key, the same on every replica), skipping any over the bounded-load
+    limit ``⌈(1 + EXACT_EPSILON) × (in flight + 1) / workers⌉`` (a real holder may run
+    hotter than a guessed one: a hit is cheap, a spill pays a full prefill).
     """
     started = time.perf_counter()
     block_size = workers[0].block_size
+    # Recorded in the approximate index after the answer even in exact mode, so the
+    # fallback is warm the moment the event index goes stale.
     chain = prefix_chain(text, salt=salt, block_size=block_size)
+    enabled = _index_enabled()
     hashes = (
         request_block_hashes(
             body, kind=kind, engine=workers[0].engine, salt=salt, block_size=block_size
         )
-        if _index_enabled()
+        if enabled
         else None
     )
-    names = [w.name for w in workers]
+    # A new prefix lands by rendezvous on its first block (``KEY_BLOCK``), salted: one
+    # tenant's prompts start on one worker and spill to the next under load. (Keying on a
+    # deeper block, to spread a tenant's documents, measured worse: 0.86 vs 0.92 x oracle.)
+    if session:
+        key = f"s:{tenant_id}:{session}"
+    elif hashes:
+        key = str(hashes[min(len(hashes), KEY_BLOCK) - 1])
+    else:
+        key = f"{tenant_id}:{text[:256]}"
+    ranked = rendezvous_order(key, workers)
+    names = [w.name for w in ranked]
     load = dict(inflight)
-    depths: dict[str, int] | None = None
-    reason = "disabled" if not _index_enabled() else "no_tokenizer" if hashes is None else ""
+    decision: RouteDecision | None = None
+    reason = "disabled" if not enabled else "no_tokenizer" if hashes is None else ""
     client = fleet_client()
     if client is None:
         reason = reason or "no_redis"
     else:
         now = time.time()
+        member = f"{replica}:{next(_reservation_ids)}"
         try:
-            pipe = client.pipeline(transaction=False)
-            load_state.queue_read(pipe)
-            pipe.hset(load_state.BEAT_KEY, replica, str(now))
-            if hashes is not None:
-                kv_index.queue_lookup(pipe, workers=names, hashes=hashes)
-            results = await pipe.execute()
-            fleet, dead = load_state.parse_read(results[0], results[1], now=now, workers=names)
-            if dead:
-                pipe = client.pipeline(transaction=False)
-                pipe.hdel(load_state.INFLIGHT_KEY, *dead)
-                await pipe.execute()
+            keys, args = kv_index.route_args(
+                workers=names,
+                hashes=hashes or (),
+                replica=replica,
+                now=now,
+                replica_ttl=load_state.REPLICA_TTL,
+                mine=[inflight.get(n, 0) for n in names],
+                cool=[w.kv_usage < PRESSURE for w in ranked],
+                threshold=MATCH_THRESHOLD,
+                epsilon=EXACT_EPSILON,
+                member=member,
+                decide=hashes is not None,
+            )
+            reply = await _script(client, kv_index.ROUTE_LUA)(keys=keys, args=args)
+            fresh, _held, scored, fleet, order = kv_index.parse_route(reply, workers=names)
             # This replica's own counts are exact and newer than what it published.
             load = {n: max(fleet.get(n, 0), inflight.get(n, 0)) for n in names}
-            if hashes is not None:
-                depths, fresh = kv_index.parse_lookup(
-                    results[3:], workers=names, hashes=hashes, now=now
+            if order:
+                candidates = [ranked[i] for i in order]
+                _remember_reservation(candidates[0].name, now, member)
+                holders = sorted((n for n in names if scored[n]), key=lambda n: -scored[n])
+                decision = RouteDecision(
+                    candidates=candidates,
+                    mode="exact",
+                    reason="fresh",
+                    available_tokens=max(scored.values(), default=0) * block_size,
+                    routed_tokens=scored[candidates[0].name] * block_size,
+                    chain=chain,
+                    holders=tuple(holders),
                 )
-                if not fresh:
-                    depths, reason = None, "stale_index"
+            elif hashes is not None and not fresh:
+                reason = "stale_index"
         except Exception:
             logger.warning("routing lookup failed; approximate routing", exc_info=True)
-            depths, reason = None, "redis_down"
-    if depths is not None:
-        decision = _exact(
-            hashes=hashes or [],
-            depths=depths,
-            workers=workers,
-            load=load,
-            session=session,
-            tenant_id=tenant_id,
-            text=text,
-            block_size=block_size,
-        )
-        decision.chain = chain
-        if decision.candidates:
-            pending_index.record(hashes or [], decision.candidates[0].name, time.time())
-        mode, reason = "exact", "fresh"
-    else:
+            decision, reason = None, "redis_down"
+    if decision is None:
         decision = _approximate(
             chain=chain,
             workers=workers,
@@ -351,67 +351,55 @@ async def route_request(
             approx_index=approx_index,
             block_size=block_size,
         )
-        mode = "approximate"
-    decision.reason = reason
-    ROUTES.labels(mode=mode, reason=reason).inc()
-    LOOKUP_SECONDS.labels(mode=mode).observe(time.perf_counter() - started)
+        decision.reason = reason
+    ROUTES.labels(mode=decision.mode, reason=decision.reason).inc()
+    LOOKUP_SECONDS.labels(mode=decision.mode).observe(time.perf_counter() - started)
     return decision
 
 
-def _exact(
-    *,
-    hashes: list[int],
-    depths: dict[str, int],
-    workers: Sequence[WorkerView],
-    load: dict[str, int],
-    session: str | None,
-    tenant_id: str,
-    text: str,
-    block_size: int,
-) -> RouteDecision:
-    now = time.time()
-    scored = {
-        w.name: max(depths.get(w.name, 0), pending_index.depth(hashes, w.name, now))
-        for w in workers
-    }
-    # A new prefix lands by rendezvous on its first block (``KEY_BLOCK``), salted: one
-    # tenant's prompts start on one worker and spill to the next under load. (Keying on a
-    # deeper block, to spread a tenant's documents, measured worse: 0.86 vs 0.92 x oracle.)
-    key = (
-        f"s:{tenant_id}:{session}"
-        if session
-        else (
-            str(hashes[min(len(hashes), KEY_BLOCK) - 1]) if hashes else f"{tenant_id}:{text[:256]}"
-        )
-    )
-    # Holders ranked by how much they hold; equal depths keep rendezvous order, so every
-    # replica breaks ties the same way.
-    ranked = rendezvous_order(key, workers)
-    holders = [w.name for w in sorted(ranked, key=lambda w: -scored[w.name]) if scored[w.name]]
-    best = max(scored.values(), default=0)
-    if hashes and best < MATCH_THRESHOLD * len(hashes):
-        # Mostly new to every worker (a new document behind a known system prompt): it
-        # pays its prefill wherever it goes, so it goes where the load is lowest (deepest
-        # partial holder first among equals). New content thus spreads over the pool
-        # instead of piling onto one tenant's worker and spilling later, mid-session.
-        cool = [w for w in ranked if w.kv_usage < PRESSURE] or list(ranked)
-        candidates = sorted(cool, key=lambda w: (load.get(w.name, 0), -scored[w.name]))
-        candidates += [w for w in ranked if w not in candidates]
-    else:
-        # Known holders may run hotter than the approximate mode allows: the index says the
-        # blocks are really there, and a hit is cheap, while a spill pays a full prefill.
-        candidates = order_candidates(
-            key=key, workers=workers, inflight=load, preferred=holders, epsilon=EXACT_EPSILON
-        )
-    routed = scored.get(candidates[0].name, 0) if candidates else 0
-    return RouteDecision(
-        candidates=candidates,
-        mode="exact",
-        reason="fresh",
-        available_tokens=best * block_size,
-        routed_tokens=routed * block_size,
-        holders=tuple(holders),
-    )
+_scripts: dict[tuple[int, str], Any] = {}
+
+
+def _script(client: Any, source: str) -> Any:
+    """``source`` registered on ``client`` (EVALSHA; loaded again after a Redis restart)."""
+    key = (id(client), source)
+    script = _scripts.get(key)
+    if script is None:
+        if len(_scripts) > 64:  # clients of finished event loops (tests)
+            _scripts.clear()
+        script = _scripts[key] = client.register_script(source)
+    return script
+
+
+# This replica's reservations not yet superseded by its own published count, per worker.
+_reserved: dict[str, deque[tuple[float, str]]] = {}
+_reservation_ids = itertools.count()
+
+
+def forget_local_state() -> None:
+    """Forget this process's Redis clients and unsent load reservations, as a new process.
+
+    For tests that play several gateway processes in one: everything shared lives in Redis.
+    """
+    _clients.clear()
+    _reserved.clear()
+
+
+def _remember_reservation(worker: str, now: float, member: str) -> None:
+    queue = _reserved.setdefault(worker, deque())
+    queue.append((now + load_state.RESERVE_SECONDS, member))
+    if len(queue) > 10_000:  # requests refused before sending leave theirs behind
+        queue.popleft()
+
+
+def _take_reservation(worker: str, now: float) -> str:
+    """This replica's oldest live reservation on ``worker`` (its request is being sent)."""
+    queue = _reserved.get(worker)
+    while queue:
+        expires, member = queue.popleft()
+        if expires > now:
+            return member
+    return ""
 
 
 def _approximate(

@@ -15,7 +15,10 @@ one, a DEALER on its replay ROUTER. Per worker it tracks the last applied sequen
 - duplicates (``seq <= last``, e.g. overlap between replay and live stream) are skipped.
 
 Every ``LIVE_EVERY`` seconds the in-sync workers are stamped in ``cp:kv:live``; the
-gateway trusts the index only for workers stamped within ``STALE_SECONDS``.
+gateway trusts the index only for workers stamped within ``STALE_SECONDS``. A
+``BlockStored`` also deletes the gateways' pending placements of those blocks on that
+worker (``cp:kv:p:<worker>``: the event has confirmed them); every ``PRUNE_EVERY``
+seconds claims that expired (their request never ran) are deleted.
 
 Workers come from ``--source NAME=PUB[,REPLAY]`` (static, like vllm-router's
 ``--kv-event-source``) or from the registry (``--from-registry``): healthy workers with a
@@ -46,6 +49,7 @@ from workers.engine.kv_events import END_SEQ, decode_batch
 logger = logging.getLogger(__name__)
 
 LIVE_EVERY = 1.0
+PRUNE_EVERY = 10.0  # expired pending placements (routed requests that never ran) go
 REPLAY_TIMEOUT_MS = 2000
 
 
@@ -98,6 +102,7 @@ class KVIndexer:
         self.streams: dict[str, _Stream] = {}
         self.poller = zmq.Poller()
         self._last_live = 0.0
+        self._last_prune = time.time()
 
     # -- membership -------------------------------------------------------------------------
 
@@ -150,6 +155,9 @@ class KVIndexer:
             kv_index.mark_live(
                 self.redis, workers=[n for n, s in self.streams.items() if s.synced], now=now
             )
+        if now - self._last_prune >= PRUNE_EVERY:
+            self._last_prune = now
+            kv_index.prune_pending(self.redis, workers=list(self.streams), now=now)
         return applied
 
     def _on_batch(self, stream: _Stream, frames: list[bytes]) -> int:
@@ -223,6 +231,9 @@ class KVIndexer:
                 frames = dealer.recv_multipart()
                 seq_bytes, payload = frames[-2], frames[-1]
                 if seq_bytes == END_SEQ:
+                    if first and start == 0 and stream.last is None:
+                        # The worker has published nothing yet: an empty index is exact.
+                        stream.synced = True
                     break
                 seq = int.from_bytes(seq_bytes, "big")
                 if until is not None and seq >= until:

@@ -7,8 +7,16 @@ within ``REPLICA_TTL`` seconds, so a replica that dies (and never decrements) st
 counting after that window, and its fields are deleted by whoever notices.
 
 Writes are ``HINCRBY`` fired after the local update, off the request path; the read is
-batched into the routing lookup's pipeline (:func:`queue_read`), so the hot path pays one
-Redis round trip for both the KV index and the fleet's load.
+part of the routing lookup's script (``workers.kv_index.ROUTE_LUA``), so the hot path pays
+one Redis round trip for both the KV index and the fleet's load.
+
+Reservations close the gap between a routing decision and that count: a request is
+counted only once the gateway sends it (after rate limits, fair share and the budget
+hold), while other replicas route in between. So the routing decision itself reserves
+one slot on the chosen worker (``cp:load:r:<worker>``, a sorted set: member per request,
+score = expiry), sent right after the decision; the gateway's ``+1`` removes its oldest
+reservation for that worker in the same pipeline, and a request that was refused before
+sending (or failed over) lets its reservation expire after ``RESERVE_SECONDS``.
 """
 
 from __future__ import annotations
@@ -20,11 +28,21 @@ from typing import Any
 INFLIGHT_KEY = "cp:load:inflight"
 BEAT_KEY = "cp:load:beat"
 REPLICA_TTL = 10.0
+RESERVED_PREFIX = "cp:load:r:"
+RESERVE_SECONDS = 2.0
 
 
-def queue_add(pipe: Any, *, replica: str, worker: str, delta: int, now: float) -> None:
+def reserved_key(worker: str) -> str:
+    return f"{RESERVED_PREFIX}{worker}"
+
+
+def queue_add(
+    pipe: Any, *, replica: str, worker: str, delta: int, now: float, reservation: str = ""
+) -> None:
     pipe.hincrby(INFLIGHT_KEY, f"{replica}|{worker}", delta)
     pipe.hset(BEAT_KEY, replica, str(now))
+    if reservation:  # the request is counted now: its reservation has done its job
+        pipe.zrem(reserved_key(worker), reservation)
 
 
 def queue_read(pipe: Any) -> None:

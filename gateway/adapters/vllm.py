@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 from django.conf import settings
+from prometheus_client import Counter
 
 from gateway import upstream
 from gateway.adapters.base import (
@@ -35,6 +36,11 @@ from gateway.routing import PrefixIndex, order_candidates, pool_under_pressure, 
 
 MAX_FAILOVER = 3
 prefix_index = PrefixIndex()
+UPSTREAM_RETRIES = Counter(
+    "cacheplane_gateway_upstream_retries",
+    "Requests sent once more after the worker connection broke before any answer.",
+    ["reason"],
+)
 
 #: OpenAI parameters vLLM implements (the worker refuses, with its own 400, the ones a
 #: given model or build cannot do, e.g. tools on the reference worker), plus vLLM's
@@ -305,30 +311,66 @@ def reshape_error(status: int, raw: bytes, headers: httpx.Headers) -> GatewayErr
 async def _send(
     candidates: list[WorkerView], path: str, body: dict[str, Any], headers: dict[str, str]
 ) -> tuple[WorkerView, httpx.Response]:
-    """Send to the first candidate that accepts a connection (failover on connect errors)."""
+    """Send to the first candidate that accepts a connection (failover on connect errors).
+
+    A connection that breaks before the worker answered anything (``RemoteProtocolError``
+    "server disconnected without sending a response", a reset while writing or reading)
+    is sent once more, to the same worker on a connection opened for it: typically a
+    kept-alive connection the worker closed for idleness just as the gateway reused it
+    (uvicorn's and httpx's idle timeouts are both 5 s; connections that went idle
+    together after a burst are closed together, so another pooled one may be closing
+    too). Nothing has reached the client then, and a
+    request that did run twice costs the worker a prefill but books only the answer the
+    client gets. Once per request; a second break is the 502 it always was.
+    """
     last_error = "no candidate"
+    retried = False
     for worker in candidates:
-        directory.acquire(worker.name)
-        try:
-            response = await upstream.pool().post(
-                worker.base_url + path, json=body, headers=headers
-            )
-            return worker, response
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            directory.release(worker.name)
-            prefix_index.forget_worker(worker.name)
-            last_error = f"{worker.name}: {exc}"
-            continue
-        except httpx.TimeoutException:
-            directory.release(worker.name)
-            raise GatewayError(
-                504, "upstream_timeout", "The worker did not answer in time."
-            ) from None
-        except httpx.HTTPError as exc:
-            directory.release(worker.name)
-            raise GatewayError(
-                502, "upstream_error", f"The worker connection failed: {exc}"
-            ) from None
+        while True:
+            directory.acquire(worker.name)
+            try:
+                if retried:
+                    response = await _post_fresh(worker.base_url + path, body, headers)
+                else:
+                    response = await upstream.pool().post(
+                        worker.base_url + path, json=body, headers=headers
+                    )
+                return worker, response
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                directory.release(worker.name)
+                prefix_index.forget_worker(worker.name)
+                last_error = f"{worker.name}: {exc}"
+                break
+            except httpx.TimeoutException:
+                directory.release(worker.name)
+                raise GatewayError(
+                    504, "upstream_timeout", "The worker did not answer in time."
+                ) from None
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+                directory.release(worker.name)
+                if retried:
+                    raise GatewayError(
+                        502, "upstream_error", f"The worker connection failed: {exc!r}"
+                    ) from None
+                retried = True
+                UPSTREAM_RETRIES.labels(reason=type(exc).__name__).inc()
+            except httpx.HTTPError as exc:
+                directory.release(worker.name)
+                raise GatewayError(
+                    502, "upstream_error", f"The worker connection failed: {exc}"
+                ) from None
     raise GatewayError(
         503, "upstream_unavailable", f"No worker accepted the request ({last_error})."
     )
+
+
+async def _post_fresh(url: str, body: dict, headers: dict) -> httpx.Response:
+    """POST on a new connection of its own (closed with the response): the retry."""
+    transport = httpx.AsyncHTTPTransport(
+        limits=httpx.Limits(max_connections=1, max_keepalive_connections=0)
+    )
+    timeout = httpx.Timeout(settings.CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS, connect=5.0)
+    request = httpx.Request(
+        "POST", url, json=body, headers=headers, extensions={"timeout": timeout.as_dict()}
+    )
+    return await transport.handle_async_request(request)

@@ -3,6 +3,7 @@ event-exact mode against real Redis (the index written as the KV indexer writes 
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from gateway.directory import WorkerView
@@ -87,12 +88,13 @@ def test_a_hot_worker_is_passed_over_while_a_cool_one_exists():
 
 
 def _route(workers, body, **kw):
-    import asyncio
 
     from gateway import routing
 
     async def go():
-        routing.pending_index.clear()
+        # Each call plays a fresh gateway process: nothing routed before is remembered
+        # locally, only what is in Redis (and each event loop gets its own client).
+        routing.forget_local_state()
         return await routing.route_request(
             body=body,
             kind="chat",
@@ -103,7 +105,7 @@ def _route(workers, body, **kw):
             session=None,
             inflight=kw.get("inflight", {}),
             approx_index=PrefixIndex(),
-            replica="test",
+            replica=kw.get("replica", "test"),
         )
 
     return asyncio.run(go())
@@ -177,3 +179,90 @@ def test_a_stale_index_falls_back_to_the_approximate_guess(redis_flush):
     decision = _route(workers, BODY)
     assert (decision.mode, decision.reason) == ("approximate", "stale_index")
     assert decision.chain  # still recorded in the approximate index after the answer
+
+
+# --- pending placements: routing intent every replica sees before the events arrive -----
+
+NEW = {
+    "messages": [
+        {"role": "system", "content": "a brand new document " * 30},
+        {"role": "user", "content": "q"},
+    ]
+}
+
+
+def test_another_replica_follows_a_new_prefix_to_where_the_first_one_sent_it(redis_flush):
+    from workers import kv_index
+
+    workers = _workers()
+    kv_index.mark_live(redis_flush, workers=[w.name for w in workers])
+    first = _route(workers, NEW, replica="gw-a")
+    assert first.available_tokens == 0  # new to the whole fleet
+    chosen = first.candidates[0].name
+    # Without the claim a new prefix would go to a less loaded worker; with it, the
+    # chosen one holds it (and stays within the load bound).
+    load = {w.name: 1 for w in workers} | {chosen: 2}
+    second = _route(workers, NEW, replica="gw-b", inflight=load)
+    assert second.candidates[0].name == chosen
+    assert second.available_tokens == second.routed_tokens > 0
+    # Another tenant's identical prompt is not covered by the claim (salted hashes).
+    assert _route(workers, NEW, replica="gw-c", salt="tenant-b").available_tokens == 0
+
+
+def test_the_workers_block_stored_event_replaces_the_claim(redis_flush):
+    from workers import kv_index
+    from workers.request_hashing import request_block_hashes
+
+    workers = _workers()
+    kv_index.mark_live(redis_flush, workers=[w.name for w in workers])
+    chosen = _route(workers, NEW, replica="gw-a").candidates[0].name
+    pending = kv_index.pending_key(chosen)
+    hashes = request_block_hashes(
+        NEW, kind="chat", engine="reference", salt="tenant-a", block_size=16
+    )
+    assert redis_flush.hlen(pending) == len(hashes)
+    kv_index.apply_events(
+        redis_flush,
+        worker=chosen,
+        events=[{"type": "BlockStored", "block_hashes": hashes, "medium": "GPU"}],
+    )
+    assert redis_flush.hlen(pending) == 0
+    busy = {w.name: 1 for w in workers}  # the first request's reservation is within bounds
+    assert _route(workers, NEW, replica="gw-b", inflight=busy).candidates[0].name == chosen
+
+
+def test_an_expired_claim_no_longer_counts_and_is_pruned(redis_flush):
+    from workers import kv_index
+
+    workers = _workers()
+    kv_index.mark_live(redis_flush, workers=[w.name for w in workers])
+    chosen = _route(workers, NEW, replica="gw-a").candidates[0].name
+    pending = kv_index.pending_key(chosen)
+    fields = redis_flush.hkeys(pending)
+    redis_flush.hset(pending, mapping=dict.fromkeys(fields, "1"))  # expired long ago
+    assert _route(workers, NEW, replica="gw-b").available_tokens == 0
+    redis_flush.hset("cp:kv:p:w9", mapping={"1": "1", "2": "1", "3": str(time.time() + 60)})
+    assert kv_index.prune_pending(redis_flush, workers=["w9"]) == 2
+    assert redis_flush.hkeys("cp:kv:p:w9") == [b"3"]
+
+
+def test_a_routing_decision_reserves_a_slot_until_the_request_is_counted(redis_flush):
+    import asyncio
+
+    from gateway import routing
+    from workers import kv_index, load_state
+
+    workers = _workers()
+    kv_index.mark_live(redis_flush, workers=[w.name for w in workers])
+    chosen = _route(workers, NEW, replica="gw-a").candidates[0].name
+    reserved = load_state.reserved_key(chosen)
+    assert redis_flush.zcard(reserved) == 1  # another replica counts it at once
+    # Sending it publishes this replica's +1 and drops the reservation in one pipeline.
+    asyncio.run(_publish(routing, chosen))
+    assert redis_flush.zcard(reserved) == 0
+    assert redis_flush.hget(load_state.INFLIGHT_KEY, f"gw-a|{chosen}") == b"1"
+
+
+async def _publish(routing, worker: str) -> None:
+    routing.forget_local_state()
+    await routing.publish_load(replica="gw-a", worker=worker, delta=+1)
