@@ -63,6 +63,16 @@ def pool() -> Pool:
     return _pools[next(_turn) % POOL_SHARDS]
 
 
+async def pools_close() -> None:
+    """Close and forget the process's pools (shutdown; or a test starting a new event loop,
+    whose connections must not be the old loop's). The next ``pool()`` opens new ones."""
+    closing = list(_pools)
+    _pools.clear()
+    for each in closing:
+        await each.client.aclose()
+        await each.transport.aclose()
+
+
 def parse_sse_event(event: bytes) -> dict[str, Any] | None:
     """The JSON of one ``data:`` event (None for ``[DONE]`` and non-data lines)."""
     for line in event.split(b"\n"):

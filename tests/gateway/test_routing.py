@@ -264,5 +264,4 @@ def test_a_routing_decision_reserves_a_slot_until_the_request_is_counted(redis_f
 
 
 async def _publish(routing, worker: str) -> None:
-    routing.forget_local_state()
     await routing.publish_load(replica="gw-a", worker=worker, delta=+1)

@@ -49,7 +49,7 @@ async def _worker(drops: int):
 
 def _run(drops: int):
     async def go():
-        await upstream.reset_client()
+        await upstream.pools_close()
         server, view, seen = await _worker(drops)
         try:
             worker, response = await _send([view], "/v1/chat/completions", {"x": 1}, {})
@@ -62,7 +62,7 @@ def _run(drops: int):
             return body, seen["requests"]
         finally:
             server.close()
-            await upstream.reset_client()
+            await upstream.pools_close()
 
     return asyncio.run(go())
 
