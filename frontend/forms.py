@@ -27,6 +27,7 @@ FIELD_FOR_CODE = {
     "invalid_cron": "prewarm_cron",
     "unknown_model": "model",
     "unknown_permission": "permissions",
+    "rate_limit_exists": "api_key",
 }
 
 DATETIME_WIDGET = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
@@ -149,6 +150,66 @@ class BudgetEditForm(BudgetForm):
     """Editing a budget: the period is immutable (the service refuses a change)."""
 
     period = None  # type: ignore[assignment]
+
+
+def _limit(label: str, help_text: str) -> forms.IntegerField:
+    return forms.IntegerField(
+        required=False, min_value=1, max_value=10**12, label=label, help_text=help_text
+    )
+
+
+class RateLimitEditForm(forms.Form):
+    """The limits of one scope; an empty field is unlimited (the API's null)."""
+
+    requests_per_minute = _limit("Requests per minute", "Empty: unlimited.")
+    tokens_per_minute = _limit("Tokens per minute", "Prompt + output tokens. Empty: unlimited.")
+    concurrent_requests = _limit("Concurrent requests", "In flight at once. Empty: unlimited.")
+    weight = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=1000,
+        initial=1,
+        label="Fair-share weight",
+        help_text="The tenant's share of a saturated worker pool (tenant-wide limit only).",
+    )
+
+    def __init__(self, *args, for_key: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if for_key:
+            del self.fields["weight"]  # the service refuses a weight on a key's limit
+
+    def values(self) -> dict:
+        """The service's ``values``/``changes``: every shown field, None for unlimited."""
+        data = self.cleaned_data
+        values = {name: data.get(name) for name in self.fields}
+        if "weight" in values and values["weight"] is None:
+            values["weight"] = 1
+        return values
+
+
+class RateLimitForm(RateLimitEditForm):
+    """A new limit: for the whole tenant or for one of its keys."""
+
+    api_key = forms.ChoiceField(required=False, label="Applies to")
+    field_order = ["api_key"]
+
+    def __init__(self, *args, keys: list[tuple[str, str]], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["api_key"].choices = [("", "the whole tenant"), *keys]
+        self.order_fields(["api_key", *[n for n in self.fields if n != "api_key"]])
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("api_key") and data.get("weight") not in (None, 1):
+            self.add_error("weight", "The weight applies to the tenant-wide limit only.")
+        return data
+
+    def values(self) -> dict:
+        values = super().values()
+        values.pop("api_key", None)
+        if self.cleaned_data.get("api_key"):
+            values.pop("weight", None)
+        return values
 
 
 class CacheCreateForm(forms.Form):
