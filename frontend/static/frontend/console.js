@@ -183,31 +183,60 @@
     if (state.chart && state.range === "live") drawLive();
   }
 
-  // KV memory pressure per worker over time (from live snapshots), with the 85 % line.
+  // KV memory pressure per worker over time, with the 85 % line: 1 h / 24 h / 7 d from the
+  // stored per-minute samples (the server's kv-series), Live from the probe snapshots.
+  state.kvRange = "1h";
   function kvPush(workers) {
     const key = "cp.kv";
     const pts = stored(key, KV_KEEP_MS);
     const t = Date.now();
     workers.forEach((w) => { if (w.kv_usage !== null && w.kv_usage !== undefined) pts.push({ t, w: w.name, v: w.kv_usage }); });
     store(key, pts.slice(-3000));
-    drawKv(pts);
+    if (state.kvRange === "live") drawKv(kvLiveSeries(pts), "minute");
+    else if (Date.now() - (state.kvFetched || 0) > 30000) selectKvRange(state.kvRange);
   }
-  function drawKv(pts) {
+  function kvLiveSeries(pts) {
+    const names = [...new Set(pts.map((p) => p.w))].sort();
+    return names.map((n) => ({ name: n, data: pts.filter((p) => p.w === n).map((p) => ({ x: p.t, y: p.v })) }));
+  }
+  async function selectKvRange(range) {
+    state.kvRange = range;
+    document.querySelectorAll("[data-kv-range]").forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.kvRange === range)));
+    if (range === "live") { drawKv(kvLiveSeries(stored("cp.kv", KV_KEEP_MS)), "minute"); return; }
+    if (!page.dataset.kvSeriesUrl) return;
+    state.kvFetched = Date.now();
+    try {
+      const data = await getJSON(page.dataset.kvSeriesUrl + "?range=" + range);
+      if (state.kvRange !== range) return;
+      const series = Object.keys(data.workers).sort().map((n) => ({ name: n,
+        data: data.workers[n].map((p) => ({ x: Date.parse(p.at), y: p.max })) }));
+      const start = Date.now() - (range === "1h" ? 3600e3 : range === "24h" ? 86400e3 : 7 * 86400e3);
+      drawKv(series, range === "1h" ? "minute" : range === "24h" ? "hour" : "day", [start, Date.now()]);
+    } catch (e) { toast("Could not load the KV history.", true); }
+  }
+  function drawKv(series, unit, span) {
     const canvas = document.getElementById("kv-chart");
     if (!canvas || !window.Chart) return;
-    const names = [...new Set(pts.map((p) => p.w))].sort();
     const palette = ["#2680c2", "#147d64", "#b7791f", "#9446ed", "#c2255c", "#486581"];
-    const datasets = names.map((n, i) => ({ label: n, data: pts.filter((p) => p.w === n).map((p) => ({ x: p.t, y: p.v })),
-      borderColor: palette[i % palette.length], backgroundColor: palette[i % palette.length], pointRadius: 0 }));
-    const xs = pts.map((p) => p.t);
-    const span = xs.length ? [Math.min(...xs), Math.max(...xs, Math.min(...xs) + 1000)] : [Date.now() - 60000, Date.now()];
+    const datasets = series.map((s, i) => ({ label: s.name, data: s.data, spanGaps: false,
+      borderColor: palette[i % palette.length], backgroundColor: palette[i % palette.length], pointRadius: s.data.length < 60 ? 2 : 0 }));
+    if (!span) {
+      const xs = series.flatMap((s) => s.data.map((p) => p.x));
+      span = xs.length ? [Math.min(...xs), Math.max(...xs, Math.min(...xs) + 60000)] : [Date.now() - 60000, Date.now()];
+    }
     datasets.push({ label: "85 % (eviction pressure)", data: [{ x: span[0], y: 0.85 }, { x: span[1], y: 0.85 }],
       borderColor: "#d64545", borderDash: [6, 4], pointRadius: 0, backgroundColor: "#d64545" });
     if (!state.kvChart) {
       state.kvChart = new window.Chart(canvas, { type: "line", data: { datasets },
         options: { animation: false, maintainAspectRatio: false, parsing: false,
-          scales: { x: timeScale("minute"), y: { min: 0, max: 1, ticks: { callback: (v) => Math.round(v * 100) + "%" } } } } });
-    } else { state.kvChart.data.datasets = datasets; state.kvChart.update("none"); }
+          scales: { x: { ...timeScale(unit), min: span[0], max: span[1] },
+                    y: { min: 0, max: 1, title: { display: true, text: "KV cache used" }, ticks: { callback: (v) => Math.round(v * 100) + "%" } } } } });
+    } else {
+      state.kvChart.data.datasets = datasets;
+      state.kvChart.options.scales.x.time.unit = unit;
+      state.kvChart.options.scales.x.min = span[0]; state.kvChart.options.scales.x.max = span[1];
+      state.kvChart.update("none");
+    }
   }
 
   // --- Renderers ---------------------------------------------------------------------
@@ -475,7 +504,11 @@
   window.addEventListener("load", () => {
     tickCountdowns();
     buildCharts();
-    if (kind === "workers" && initial) kvPush(initial.workers || []);
+    if (kind === "workers") {
+      document.querySelectorAll("[data-kv-range]").forEach((b) => b.addEventListener("click", () => selectKvRange(b.dataset.kvRange)));
+      if (initial) kvPush(initial.workers || []);
+      if (!state.kvFetched) selectKvRange("1h");
+    }
     connect(0);
   });
 })();
