@@ -48,7 +48,9 @@ def field_for(form: forms.Form, exc: DomainError) -> str | None:
     if field in form.fields:
         return field
     for name in form.fields:
-        if name in exc.details or exc.message.startswith(name):
+        if name in exc.details or exc.details.get("field") == name:
+            return name
+        if exc.message.startswith(name):
             return name
     return None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django import forms
 
+from billing.models import Provider as PriceProvider
 from caches.models import Provider, TtlPolicy
 from controlplane.display_text import display_text_validator
 from tenants.models import SLUG_VALIDATOR
@@ -257,7 +258,11 @@ class CachePolicyForm(forms.Form):
 
 
 class ModelPriceForm(forms.Form):
-    provider = forms.ChoiceField(choices=[("vertex", "vertex"), ("vllm", "vllm")])
+    # vLLM traffic is priced by its worker pool's GPU-hour price (the pool form), never by
+    # a per-token model price, so the model form does not offer it.
+    provider = forms.ChoiceField(
+        choices=[(v, label) for v, label in PriceProvider.choices if v != PriceProvider.VLLM]
+    )
     model = forms.CharField(max_length=200)
     input_per_mtok = forms.DecimalField(
         min_value=0, max_digits=14, decimal_places=6, label="Input $/Mtok"
@@ -277,6 +282,27 @@ class ModelPriceForm(forms.Form):
 class PriceCorrectForm(ModelPriceForm):
     provider = None  # type: ignore[assignment]
     model = None  # type: ignore[assignment]
+    note = _text(500, label="Why (note)")
+
+
+class PoolPriceForm(forms.Form):
+    pool = forms.RegexField(
+        r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", max_length=100, initial="default", label="Pool"
+    )
+    gpu_hour_usd = forms.DecimalField(min_value=0, max_digits=14, decimal_places=6, label="GPU $/h")
+    prefill_tokens_per_gpu_second = forms.DecimalField(
+        min_value=0.001, max_digits=16, decimal_places=3, label="Prefill tokens/GPU·s"
+    )
+    decode_tokens_per_gpu_second = forms.DecimalField(
+        min_value=0.001, max_digits=16, decimal_places=3, label="Decode tokens/GPU·s"
+    )
+    kv_blocks_per_gpu = forms.IntegerField(min_value=1, label="KV blocks per GPU")
+    kv_block_tokens = forms.IntegerField(min_value=1, initial=16, label="Tokens per KV block")
+    source = _text(300, label="Source (URL or note)")
+
+
+class PoolPriceCorrectForm(PoolPriceForm):
+    pool = None  # type: ignore[assignment]
     note = _text(500, label="Why (note)")
 
 

@@ -52,6 +52,16 @@ urlpatterns = [
         views_platform.price_correct,
         name="console-price-correct",
     ),
+    path(
+        "platform/prices/pools/new",
+        views_platform.pool_price_create,
+        name="console-pool-price-create",
+    ),
+    path(
+        "platform/prices/pools/<int:price_id>/correct",
+        views_platform.pool_price_correct,
+        name="console-pool-price-correct",
+    ),
     path(f"{T}/", views.tenant_overview, name="console-tenant"),
     path(f"{T}/caches/new/", views_manage.cache_new, name="console-cache-new"),
     path(f"{T}/caches/<uuid:cache_id>/", views.cache_page, name="console-cache"),

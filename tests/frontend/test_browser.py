@@ -308,8 +308,8 @@ def test_platform_prices_and_workers_are_managed_from_the_browser(console) -> No
     console.click(f"{form} button[type=submit]")
     price = ModelPrice.objects.get(model="gemini-2.5-flash")
     console.click(f"tr[data-price='{price.pk}'] a")
-    console.fill("#correct-form [name=output_per_mtok]", "2.00")
-    console.fill("#correct-form [name=note]", "typo in output rate")
+    console.fill("#correct-form [name=fix-output_per_mtok]", "2.00")
+    console.fill("#correct-form [name=fix-note]", "typo in output rate")
     console.click("#correct-form button[type=submit]")
     assert "corrected" in console.locator(".flash").inner_text()
     assert ModelPrice.objects.filter(model="gemini-2.5-flash").count() == 2

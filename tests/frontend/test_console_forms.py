@@ -181,3 +181,44 @@ def test_rate_limit_forms_are_refused_to_a_viewer_and_the_refusal_is_audited(ten
     assert AuditEvent.objects.filter(
         tenant=tenant_a, outcome="denied", actor_id=str(viewer.pk)
     ).exists()
+
+
+def test_a_platform_admin_prices_a_worker_pool_and_corrects_it_from_the_console(
+    platform_admin,
+) -> None:
+    from billing.models import PoolPrice
+
+    client = _login(platform_admin)
+    form = {
+        "pool-pool": "a100-east",
+        "pool-gpu_hour_usd": "4.00",
+        "pool-prefill_tokens_per_gpu_second": "2000",
+        "pool-decode_tokens_per_gpu_second": "50",
+        "pool-kv_blocks_per_gpu": "4096",
+        "pool-kv_block_tokens": "16",
+        "pool-source": "our GPU contract",
+    }
+    assert client.post("/platform/prices/pools/new", form).status_code == 302
+    price = PoolPrice.objects.get(pool="a100-east")
+    assert price.gpu_hour_usd == 4
+    bad = client.post("/platform/prices/pools/new", {**form, "pool-kv_blocks_per_gpu": "0"})
+    assert bad.status_code == 400 and 'id="id_pool-kv_blocks_per_gpu-error"' in bad.content.decode()
+    page = client.get(f"/platform/prices/?correct_pool={price.pk}").content.decode()
+    assert 'id="pool-correct-form"' in page
+    fixed = {k.replace("pool-", "poolfix-", 1): v for k, v in form.items() if k != "pool-pool"}
+    response = client.post(
+        f"/platform/prices/pools/{price.pk}/correct",
+        {**fixed, "poolfix-gpu_hour_usd": "3.50", "poolfix-note": "contract rate"},
+    )
+    assert response.status_code == 302
+    assert PoolPrice.objects.filter(pool="a100-east").count() == 2
+    assert {"billing.pool_price.create", "billing.pool_price.correct"} <= set(
+        AuditEvent.objects.values_list("action", flat=True)
+    )
+    assert (
+        "vllm"
+        not in client.get("/platform/prices/")
+        .content.decode()
+        .split('id="price-form"')[1]
+        .split("</form>")[0]
+    )  # vLLM is priced by pool, never per model

@@ -348,6 +348,9 @@
       setText("tile-spend-rate", usd((p.cost_micros || 0) / 1e6));
       pushTick(p);
       if (kind === "tenant") scheduleRefetch();
+    } else if (msg.event === "usage.booked") {
+      // The ledger booked this tenant's requests: re-read the ledger-backed tiles now.
+      if (kind === "tenant") scheduleRefetch(300);
     } else if (msg.event === "caches.cache.state") {
       if (kind === "cache" && p.id === page.dataset.cache) { refetch(); toast(`${p.name}: ${p.state}`); }
       if (kind === "tenant") refetch();
@@ -365,9 +368,9 @@
     }
   }
   let refetchTimer = null;
-  function scheduleRefetch() {  // coalesce: at most one REST refresh per 2 s of ticks
+  function scheduleRefetch(delay) {  // coalesce: at most one REST refresh per 2 s of ticks
     if (refetchTimer) return;
-    refetchTimer = setTimeout(() => { refetchTimer = null; refetch(); }, 2000);
+    refetchTimer = setTimeout(() => { refetchTimer = null; refetch(); }, delay || 2000);
   }
   function connect(attempt) {
     if (!page || !page.dataset.ws) return;
