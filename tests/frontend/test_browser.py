@@ -35,19 +35,62 @@ def _platform_admin(username: str = "ops"):
     return _user(username, "platform.admin", None)
 
 
+def _book_usage() -> None:
+    """Flush the usage queue into the ledger as the 5 s beat task does: from a thread of
+    its own, as in a Celery worker (Playwright's sync API runs an event loop on the test's
+    thread, where publishing the after-commit live event would be refused)."""
+    import threading
+
+    from django.db import connection
+
+    from billing.services.usage import usage_flush
+
+    def run() -> None:
+        try:
+            usage_flush()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+
+
 def _actions(**filters) -> set[str]:
     return set(AuditEvent.objects.filter(**filters).values_list("action", flat=True))
 
 
-def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser(console) -> None:
-    from billing.models import Budget
+def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser_and_watches_it_live(
+    console, ref_workers
+) -> None:
+    """The issue's "done when": from an empty install to a tenant with a member, a key, a
+    cache, a budget and rate limits, all in the browser; then traffic through the gateway
+    with the OpenAI SDK and the key made in the browser, watched live on the tenant page."""
+    from billing.models import Budget, PoolPrice
     from caches.models import CacheObject
+    from gateway.models import RateLimit
     from tenants.models import ApiKey, Tenant
 
     _platform_admin()
     console.login("ops")
     console.wait_for_url(re.compile(r".*/platform/$"))
     console.check()
+
+    console.go("/platform/prices/")  # vLLM traffic is billed by its pool's GPU-hour price
+    console.check()
+    for name, value in (
+        ("pool", "default"),
+        ("gpu_hour_usd", "40"),
+        ("prefill_tokens_per_gpu_second", "2000"),
+        ("decode_tokens_per_gpu_second", "50"),
+        ("kv_blocks_per_gpu", "4096"),
+        ("source", "our GPU contract"),
+    ):
+        console.fill(f"#pool-price-form [name=pool-{name}]", value)
+    console.click("#pool-price-form button[type=submit]")
+    assert "Price for pool default added." in console.locator(".flash").inner_text()
+    assert PoolPrice.objects.filter(pool="default", superseded_by__isnull=True).exists()
+
     console.go("/platform/tenants/")
     console.check()
     console.fill("#tenant-form [name=slug]", "shop")
@@ -60,6 +103,7 @@ def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser(console) 
     console.fill("#human-form [name=password]", "a-long-password-123")
     console.click("#human-form button[type=submit]")
     console.locator(".flash").wait_for()
+    console.check()
 
     console.go("/t/shop/access/")
     console.check()
@@ -71,6 +115,11 @@ def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser(console) 
     console.fill("#account-form [name=name]", "shop-app")
     console.click("#account-form button[type=submit]")
     console.locator(".flash").wait_for()
+    console.fill("#member-form [name=principal]", "sa.shop.shop-app")
+    console.select_option("#member-form [name=role]", "tenant.developer")
+    console.click("#member-form button[type=submit]")
+    assert "sa.shop.shop-app is now tenant.developer." in console.locator(".flash").inner_text()
+    console.check()
 
     console.go("/t/shop/keys/")
     console.check()
@@ -90,7 +139,18 @@ def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser(console) 
     console.click("#budget-form button[type=submit]")
     assert console.locator("#new-secret").input_value()
     assert Budget.objects.all_tenants().get(name="monthly").limit_micros == 50_000_000
-    assert console.locator("#rate-limits").count() == 1
+    console.check()
+    console.fill("#rate-limit-form [name=rl-requests_per_minute]", "600")
+    console.fill("#rate-limit-form [name=rl-weight]", "2")
+    console.click("#rate-limit-form button[type=submit]")
+    assert "Rate limit for the whole tenant set." in console.locator(".flash").inner_text()
+    console.select_option("#rate-limit-form [name=rl-api_key]", str(key.pk))
+    console.fill("#rate-limit-form [name=rl-requests_per_minute]", "5")
+    console.click("#rate-limit-form button[type=submit]")
+    assert "Rate limit for key checkout set." in console.locator(".flash").inner_text()
+    table = console.locator("#rate-limits-table").inner_text()
+    assert "the whole tenant" in table and "key checkout" in table
+    assert RateLimit.objects.filter(tenant__slug="shop").count() == 2
     console.check()
 
     console.go("/t/shop/caches/new/")
@@ -110,15 +170,42 @@ def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser(console) 
     console.wait_for_url(re.compile(r".*/t/shop/caches/[0-9a-f-]+/$"))
     assert console.locator("#cache-state").inner_text() in ("pending", "creating")
     console.check()
+
+    # Its traffic, live: the OpenAI SDK with the key the browser created.
+    console.go("/t/shop/")
+    console.wait_for_selector("#live-status.on", timeout=15_000)
+    console.check()
+    assert console.locator("#tile-spent").inner_text() == "$0.00"
+    client = openai.OpenAI(base_url=f"{console.base}/v1", api_key=secret, max_retries=0)
+    prompt = "Which of our plans includes priority support? " * 10
+    for _ in range(5):
+        raw = client.chat.completions.with_raw_response.create(
+            model=REF_MODEL, max_tokens=2, messages=[{"role": "user", "content": prompt}]
+        )
+        assert raw.headers["x-ratelimit-limit-requests"] == "5"  # the key's, the tightest
+    with pytest.raises(openai.RateLimitError):  # the sixth in the minute: the browser's limit
+        client.chat.completions.create(
+            model=REF_MODEL, max_tokens=2, messages=[{"role": "user", "content": prompt}]
+        )
+    console.wait_until("Number(document.getElementById('tile-live-requests').textContent) >= 5")
+    _book_usage()  # the page hears "usage.booked" and re-reads its ledger-backed tiles
+    console.wait_until("window.__cacheplaneLastEvent.event === 'usage.booked'")
+    console.wait_until("document.getElementById('tile-spent').textContent !== '$0.00'")
+    console.check()
     shop = Tenant.objects.get(slug="shop")
     assert {
         "tenants.policy.set",
         "tenants.service_account.create",
         "tenants.api_key.create",
         "billing.budget.create",
+        "gateway.rate_limit.create",
         "caches.cache.create",
     } <= _actions(tenant=shop, outcome="success", auth_method="session")
-    assert {"tenants.tenant.create", "tenants.principal.create"} <= _actions(outcome="success")
+    assert {
+        "tenants.tenant.create",
+        "tenants.principal.create",
+        "billing.pool_price.create",
+    } <= _actions(outcome="success")
 
 
 def test_bad_input_is_shown_next_to_its_field_and_nothing_is_written(console) -> None:
@@ -398,7 +485,6 @@ def test_script_payloads_in_every_free_text_field_never_run(console) -> None:
 
 def test_gateway_traffic_moves_hit_rate_and_spend_live(console, ref_workers, tenant_keys) -> None:
     from billing.services.prices import pool_price_create
-    from billing.services.usage import usage_flush
     from tests.factories import actor_for
 
     pool_price_create(
@@ -438,12 +524,14 @@ def test_gateway_traffic_moves_hit_rate_and_spend_live(console, ref_workers, ten
     console.wait_until("window.Chart && window.Chart.getChart('hit-chart')")
     assert all(n >= 1 for n in console.evaluate(series))
     assert console.evaluate("window.Chart.getChart('hit-chart').options.scales.x.type") == "time"
-    usage_flush()
+    console.wait_for_selector("#live-status.on", timeout=15_000)
+    assert console.locator("#tile-spent").inner_text() == "$0.00"  # not booked yet
+    _book_usage()
     console.click("[data-range='1h']")
     console.wait_until(
         "window.Chart.getChart('hit-chart').data.datasets[2].data.some(p => p.y > 0)"
     )
-    console.reload()  # the spend tile shows what the ledger booked
+    # No reload: the flush's "usage.booked" event makes the page re-read the ledger.
     console.wait_until("document.getElementById('tile-spent').textContent !== '$0.00'")
     console.check()
 
