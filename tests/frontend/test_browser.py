@@ -354,6 +354,7 @@ def test_a_viewer_sees_no_forms_and_its_posts_are_refused_and_audited(console) -
         ("/t/acme/access/", "#policy-form"),
         ("/t/acme/keys/", "#key-form"),
         ("/t/acme/budgets/", "#budget-form"),
+        ("/t/acme/budgets/", "#rate-limit-form"),
     ):
         console.go(path)
         assert console.locator(form).count() == 0, path
@@ -367,10 +368,113 @@ def test_a_viewer_sees_no_forms_and_its_posts_are_refused_and_audited(console) -
         const body = new URLSearchParams({name: 'sneaky', csrfmiddlewaretoken: csrf});
         return (await fetch('/t/acme/keys/new', {method: 'POST', body})).status; }""")
     assert status == 403
+    status = console.evaluate("""async () => {
+        const csrf = document.cookie.match(/csrftoken=([^;]+)/)[1];
+        const body = new URLSearchParams(
+            {'rl-requests_per_minute': '1', csrfmiddlewaretoken: csrf});
+        return (await fetch('/t/acme/rate-limits/new', {method: 'POST', body})).status; }""")
+    assert status == 403
     assert AuditEvent.objects.filter(tenant=tenant, outcome="denied").exists()
+    from gateway.models import RateLimit
     from tenants.models import ApiKey
 
+    assert not RateLimit.objects.filter(tenant=tenant).exists()
+
     assert not ApiKey.objects.all_tenants().filter(name="sneaky").exists()
+
+
+def test_a_billing_admin_edits_and_removes_rate_limits_with_errors_by_their_field(
+    console,
+) -> None:
+    from gateway.models import RateLimit
+    from gateway.services import rate_limit_create
+    from tests.factories import TenantFactory, actor_for
+
+    tenant = TenantFactory(slug="acme")
+    billing = _user("acme-billing", "tenant.billingAdmin", tenant)
+    limit = rate_limit_create(
+        tenant=tenant,
+        actor=actor_for(billing),
+        api_key_id=None,
+        values={"requests_per_minute": 100},
+    )
+    console.login("acme-billing")
+    console.go("/t/acme/budgets/")
+    console.check()
+    # Past the browser's own check (min=1), the server's: next to the field, a 400.
+    console.evaluate(
+        "document.querySelectorAll('#rate-limit-form input').forEach(i => i.removeAttribute('min'))"
+    )
+    console.fill("#rate-limit-form [name=rl-tokens_per_minute]", "-5")
+    with console.expect_response(lambda r: r.url.endswith("/rate-limits/new")) as info:
+        console.click("#rate-limit-form button[type=submit]")
+    assert info.value.status == 400
+    field = "#rate-limit-form .field.has-error:has([name=rl-tokens_per_minute]) .field-error"
+    assert "greater than or equal to 1" in console.locator(field).inner_text()
+    assert RateLimit.objects.filter(tenant=tenant).count() == 1
+    console.fill("#rate-limit-form [name=rl-tokens_per_minute]", "")
+    console.fill("#rate-limit-form [name=rl-requests_per_minute]", "10")
+    with console.expect_response(lambda r: r.url.endswith("/rate-limits/new")) as info:
+        console.click("#rate-limit-form button[type=submit]")
+    assert info.value.status == 400  # the tenant already has its limit: rate_limit_exists
+    scope = "#rate-limit-form .field.has-error:has([name=rl-api_key]) .field-error"
+    assert "rate_limit_exists" in console.locator(scope).inner_text()
+    assert RateLimit.objects.filter(tenant=tenant).count() == 1
+    console.errors.clear()  # the 400 itself
+    console.check()
+    edit = console.locator(f"[data-rate-limit-edit='{limit.pk}']")
+    edit.locator("summary").click()
+    prefix = f"rl{limit.pk.hex[:8]}"
+    edit.locator(f"[name={prefix}-requests_per_minute]").fill("")
+    edit.locator(f"[name={prefix}-concurrent_requests]").fill("8")
+    edit.locator("button", has_text="Save limit").click()
+    assert "saved" in console.locator(".flash").inner_text()
+    limit.refresh_from_db()
+    assert (limit.requests_per_minute, limit.concurrent_requests) == (None, 8)
+    row = console.locator(f"tr[data-rate-limit='{limit.pk}']").inner_text()
+    assert "unlimited" in row and "8" in row
+    console.locator(f"[data-rate-limit-edit='{limit.pk}'] summary").click()
+    console.locator(f"[data-rate-limit-edit='{limit.pk}'] button", has_text="Remove").click()
+    assert "unlimited" in console.locator(".flash").inner_text()
+    assert not RateLimit.objects.filter(tenant=tenant).exists()
+    console.check()
+    assert {
+        "gateway.rate_limit.update",
+        "gateway.rate_limit.delete",
+    } <= _actions(tenant=tenant, outcome="success", auth_method="session")
+
+
+def test_the_workers_page_draws_stored_kv_pressure_by_range_with_the_85_percent_line(
+    console,
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from workers.kv_pressure import worker_kv_sample_record
+
+    now = timezone.now()
+    for minutes_ago, usage in ((50, 0.3), (20, 0.92), (3, 0.6)):
+        worker_kv_sample_record(
+            usage={"gpu-1": usage, "gpu-2": usage / 2}, at=now - timedelta(minutes=minutes_ago)
+        )
+    worker_kv_sample_record(usage={"gpu-1": 0.7}, at=now - timedelta(hours=20))
+    _platform_admin()
+    console.login("ops")
+    console.go("/platform/workers/")
+    chart = "window.Chart.getChart('kv-chart')"
+    console.wait_until(f"{chart} && {chart}.data.datasets.length === 3")
+    labels = console.evaluate(f"{chart}.data.datasets.map(d => d.label)")
+    assert labels == ["gpu-1", "gpu-2", "85 % (eviction pressure)"]
+    peaks = console.evaluate(f"{chart}.data.datasets[0].data.map(p => p.y).filter(v => v !== null)")
+    assert sorted(peaks) == [0.3, 0.6, 0.92]  # stored, so there before any live snapshot
+    console.check()
+    console.click("[data-kv-range='24h']")
+    console.wait_until(
+        f"{chart}.options.scales.x.time.unit === 'hour' && "
+        f"{chart}.data.datasets[0].data.some(p => p.y === 0.7)"
+    )
+    assert console.evaluate(f"{chart}.data.datasets[2].data.map(p => p.y)") == [0.85, 0.85]
 
 
 def test_platform_prices_and_workers_are_managed_from_the_browser(console) -> None:
