@@ -146,17 +146,15 @@ def _key(actor: Actor, tenant: Tenant, account: Principal, known: str | None) ->
     return api_key_create(actor=actor, tenant=tenant, name="demo-app", principal=account).plaintext
 
 
-def _caches(actor: Actor, tenant: Tenant, worker_model: str | None) -> int:
+def _cache_specs(tenant: Tenant, worker_model: str | None) -> list:
     from caches.services import lifecycle
-    from controlplane.errors import DomainError
 
-    made = 0
     specs = [("playbook-vertex", "vertex", VERTEX_DEMO_MODEL)]
     if worker_model:
         specs.append(("playbook-vllm", "vllm", worker_model))
-    for name, provider, model in specs:
-        text = PREFIXES.get(tenant.slug, PREFIXES["acme-legal"]).format(n=1)
-        spec = lifecycle.CacheSpec(
+    text = PREFIXES.get(tenant.slug, PREFIXES["acme-legal"]).format(n=1)
+    return [
+        lifecycle.CacheSpec(
             name=name,
             provider=provider,
             model=model,
@@ -166,6 +164,17 @@ def _caches(actor: Actor, tenant: Tenant, worker_model: str | None) -> int:
             replication_factor=1,
             prewarm_cron="",
         )
+        for name, provider, model in specs
+    ]
+
+
+def _caches(actor: Actor, tenant: Tenant, worker_model: str | None) -> int:
+    from caches.services import lifecycle
+    from controlplane.errors import DomainError
+
+    made = 0
+    for spec in _cache_specs(tenant, worker_model):
+        name = spec.name
         for attempt in range(3):
             try:
                 lifecycle.cache_create(tenant=tenant, actor=actor, spec=spec, idempotency_key=None)
@@ -219,6 +228,62 @@ def demo_seed(*, data_dir: Path, password: str, worker_model: str | None) -> Dem
     return seed
 
 
+DEMO_CACHE_RETRIES = 2
+
+
+def demo_caches_settle(
+    *, worker_model: str | None, timeout: float = 120.0, poll: float = 2.0
+) -> dict[str, str]:
+    """Follow the demo caches until each is active; re-create one that failed.
+
+    A first start races its providers (the Vertex emulator or the reference worker may
+    still be starting when the first creation runs out of retries), so a failed demo cache
+    is created again, up to ``DEMO_CACHE_RETRIES`` times, through the same service. Bounded
+    by ``timeout``; returns ``"<tenant>/<cache>" -> state`` as last seen.
+    """
+    from caches.models import CacheObject, CacheState
+    from caches.services import lifecycle
+    from controlplane.errors import DomainError
+    from tenants.services.bootstrap import DEMO_TENANTS
+
+    actor = Actor.cli(principal=_admin())
+    retries: dict[str, int] = {}
+    seen: dict[str, str] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        pending = False
+        for slug, _name in DEMO_TENANTS:
+            tenant = Tenant.objects.filter(slug=slug).first()
+            if tenant is None:
+                continue
+            for spec in _cache_specs(tenant, worker_model):
+                label = f"{slug}/{spec.name}"
+                latest = (
+                    CacheObject.objects.filter(tenant=tenant, name=spec.name)
+                    .order_by("-created_at")
+                    .first()
+                )
+                state = latest.state if latest else "missing"
+                seen[label] = state
+                if state in (CacheState.FAILED, "missing"):
+                    if retries.get(label, 0) >= DEMO_CACHE_RETRIES:
+                        continue  # given up on: the log says why
+                    retries[label] = retries.get(label, 0) + 1
+                    logger.warning("demo: cache %s is %s; creating it again", label, state)
+                    try:
+                        lifecycle.cache_create(
+                            tenant=tenant, actor=actor, spec=spec, idempotency_key=None
+                        )
+                    except DomainError as exc:
+                        logger.warning("demo: cache %s not re-created: %s", label, exc.message)
+                elif state not in (CacheState.PENDING, CacheState.CREATING):
+                    continue  # active, or moved on by someone (refreshing, evicted...)
+                pending = True
+        if not pending or time.monotonic() >= deadline:
+            return seen
+        time.sleep(poll)  # polling the cache rows the Celery worker moves along
+
+
 def demo_traffic(
     *, base_url: str, keys: dict[str, str], model: str, requests: int, interval: float
 ) -> int:
@@ -250,6 +315,25 @@ def demo_traffic(
                 logger.info("demo traffic: %s", exc)
             time.sleep(interval)  # pacing of a bounded demo load, not waiting for work
     return ok
+
+
+def demo_caches_settle_start(*, worker_model: str | None) -> threading.Thread:
+    """Run ``demo_caches_settle`` in a daemon thread (it dies with ``cacheplane up``)."""
+
+    def run() -> None:
+        from django.db import connection
+
+        try:
+            states = demo_caches_settle(worker_model=worker_model)
+            logger.info("demo caches: %s", states)
+        except Exception:
+            logger.exception("demo: following the demo caches failed")
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, name="cacheplane-demo-caches", daemon=True)
+    thread.start()
+    return thread
 
 
 def demo_traffic_start(

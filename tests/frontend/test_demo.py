@@ -40,3 +40,21 @@ def test_demo_seed_gives_each_demo_tenant_people_a_key_a_budget_and_a_cache(
     again = demo_seed(data_dir=tmp_path, password="demo-password-123", worker_model=None)
     assert _counts() == first  # run twice: nothing new
     assert again.keys == seed.keys
+
+
+def test_a_demo_cache_that_failed_is_created_again(platform_admin, tmp_path) -> None:
+    from caches.models import CacheState
+    from frontend.demo import demo_caches_settle, demo_seed
+
+    demo_seed(data_dir=tmp_path, password="demo-password-123", worker_model=None)
+    caches = CacheObject.objects.all_tenants().filter(name="playbook-vertex")
+    caches.update(state=CacheState.FAILED)  # as when the emulator was not up yet
+    seen = demo_caches_settle(worker_model=None, timeout=0)
+    assert seen["acme-legal/playbook-vertex"] == "failed"
+    fresh = caches.filter(state=CacheState.PENDING)
+    assert fresh.count() == 2  # one new creation per demo tenant, through the service
+    assert demo_caches_settle(worker_model=None, timeout=0) == {
+        "acme-legal/playbook-vertex": "pending",
+        "globex-support/playbook-vertex": "pending",
+    }  # pending: followed, not created a third time
+    assert caches.count() == 4
