@@ -208,6 +208,13 @@ def _run(
     import django
     from django.core.management import call_command
 
+    python = sys.executable
+    logs = data_dir / "logs"
+    # Before django.setup(): the stand-ins' URLs and the demo Vertex project go into
+    # os.environ, and this process's settings must see them too. (Set after setup, the
+    # demo created its Vertex caches here with an empty project, and the Celery worker
+    # then failed every one of them.)
+    children.extend(_demo_providers(python, logs, data_dir))
     django.setup()  # raises ConfigError for a bad or missing variable
     _check_reachable()
     from controlplane.assets import ensure_assets
@@ -216,9 +223,6 @@ def _run(
     _migrate()
     call_command("bootstrap", *([] if not args.no_demo else ["--no-demo"]))
 
-    python = sys.executable
-    logs = data_dir / "logs"
-    children.extend(_demo_providers(python, logs, data_dir))  # sets their URLs in os.environ
     env = dict(os.environ)
     children.extend(
         [

@@ -283,6 +283,10 @@
   function renderPlatform(s) {
     setText("tile-tenants", s.tenants_total);
     setText("tile-hit-rate", pct(s.fleet_hit_rate));
+    (s.tenants || []).forEach((t) => {  // month spend per tenant, as the ledger booked it
+      const cell = document.querySelector(`#tenants-table tr[data-slug="${CSS.escape(t.slug)}"] td.spend`);
+      if (cell) { cell.textContent = usd(t.month_spend_usd); cell.dataset.sort = t.month_spend_usd; }
+    });
     renderWorkers(s.workers || []);
   }
   function renderWorkers(workers) {
@@ -350,7 +354,7 @@
       if (kind === "tenant") scheduleRefetch();
     } else if (msg.event === "usage.booked") {
       // The ledger booked this tenant's requests: re-read the ledger-backed tiles now.
-      if (kind === "tenant") scheduleRefetch(300);
+      if (kind === "tenant" || kind === "platform") scheduleRefetch(300);
     } else if (msg.event === "caches.cache.state") {
       if (kind === "cache" && p.id === page.dataset.cache) { refetch(); toast(`${p.name}: ${p.state}`); }
       if (kind === "tenant") refetch();
