@@ -193,10 +193,13 @@ def _caches(actor: Actor, tenant: Tenant, worker_model: str | None) -> int:
 
 
 def demo_seed(*, data_dir: Path, password: str, worker_model: str | None) -> DemoSeed:
-    """Give each demo tenant an admin, a developer, a service account with a key, a budget
-    and caches on both providers (vLLM only when ``worker_model`` is served)."""
+    """Give each demo tenant an admin, a developer, a service account with a key, a budget,
+    a tenant-wide rate limit and caches on both providers (vLLM only when ``worker_model``
+    is served)."""
     from billing.selectors.budgets import budget_list
     from billing.services.budget_crud import budget_create
+    from gateway.selectors import rate_limit_list
+    from gateway.services import rate_limit_create
     from tenants.selectors import service_account_list
     from tenants.services.bootstrap import DEMO_TENANTS, demo_tenants_ensure
     from tenants.services.iam import service_account_create
@@ -222,6 +225,13 @@ def demo_seed(*, data_dir: Path, password: str, worker_model: str | None) -> Dem
         if not budget_list(tenant=tenant).exists():
             budget_create(
                 actor=actor, tenant=tenant, name="monthly", period="month", limit_micros=25_000_000
+            )
+        if not rate_limit_list(tenant=tenant).exists():
+            rate_limit_create(
+                tenant=tenant,
+                actor=actor,
+                api_key_id=None,
+                values={"requests_per_minute": 600, "tokens_per_minute": 500_000},
             )
         seed.caches += _caches(actor, tenant, worker_model)
     _save_keys(data_dir, seed.keys)

@@ -115,7 +115,7 @@ def platform_overview(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "frontend/platform.html",
-        _context(request, summary=summary, top=selectors.platform_top(), page_data=summary),
+        _context(request, summary=summary, top=summary["top"], page_data=summary),
     )
 
 

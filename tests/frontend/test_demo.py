@@ -6,6 +6,7 @@ import pytest
 
 from billing.models import Budget
 from caches.models import CacheObject
+from gateway.models import RateLimit
 from tenants.models import ApiKey, Principal, RoleBinding, Tenant
 
 pytestmark = pytest.mark.django_db
@@ -19,6 +20,7 @@ def _counts() -> tuple[int, ...]:
         ApiKey.objects.all_tenants().count(),
         Budget.objects.all_tenants().count(),
         CacheObject.objects.all_tenants().count(),
+        RateLimit.objects.all_tenants().count(),
     )
 
 
@@ -33,6 +35,7 @@ def test_demo_seed_gives_each_demo_tenant_people_a_key_a_budget_and_a_cache(
         tenant = Tenant.objects.get(slug=slug)
         assert RoleBinding.objects.filter(tenant=tenant, role__name="tenant.admin").exists()
         assert Budget.objects.all_tenants().filter(tenant=tenant).exists()
+        assert RateLimit.objects.filter(tenant=tenant, api_key__isnull=True).exists()
         assert CacheObject.objects.all_tenants().filter(tenant=tenant, provider="vertex").exists()
         assert api_key_authenticate(seed.keys[slug]).tenant.pk == tenant.pk
     assert (tmp_path / "demo-keys.json").stat().st_mode & 0o077 == 0

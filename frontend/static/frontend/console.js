@@ -26,6 +26,13 @@
   }
   function setText(id, text) { const el = document.getElementById(id); if (el) el.textContent = text; }
   function usd(v) { const n = Number(v || 0); return "$" + n.toFixed(n !== 0 && Math.abs(n) < 1 ? 4 : 2); }
+  function money(v) {  // axis ticks: "$0.00012", "$1.5", never "1.2E-4"
+    const n = Number(v || 0);
+    if (n === 0) return "$0";
+    if (Math.abs(n) >= 1) return "$" + n.toFixed(2);
+    const digits = Math.min(10, Math.max(2, 1 - Math.floor(Math.log10(Math.abs(n)))));
+    return "$" + n.toFixed(digits);
+  }
   function pct(v) { return v === null || v === undefined ? "—" : Math.round(v * 100) + " %"; }
   async function getJSON(url) {
     const r = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
@@ -111,9 +118,9 @@
     state.chart = new window.Chart(canvas, {
       type: "line",
       data: { datasets: [
-        { label: "available", data: [], borderColor: COLORS.available, backgroundColor: COLORS.available, spanGaps: false, pointRadius: 0 },
-        { label: "routed", data: [], borderColor: COLORS.routed, backgroundColor: COLORS.routed, spanGaps: false, pointRadius: 0 },
-        { label: "delivered", data: [], borderColor: COLORS.delivered, backgroundColor: COLORS.delivered, spanGaps: false, pointRadius: 1 },
+        { label: "available", data: [], borderColor: COLORS.available, backgroundColor: COLORS.available, spanGaps: false, pointRadius: 1.5 },
+        { label: "routed", data: [], borderColor: COLORS.routed, backgroundColor: COLORS.routed, spanGaps: false, pointRadius: 1.5 },
+        { label: "delivered", data: [], borderColor: COLORS.delivered, backgroundColor: COLORS.delivered, spanGaps: false, pointRadius: 1.5 },
       ] },
       options: { animation: false, maintainAspectRatio: false, parsing: false,
         scales: { x: timeScale("minute"), y: { min: 0, max: 1, title: { display: true, text: "share of prompt tokens" }, ticks: { callback: (v) => Math.round(v * 100) + "%" } } },
@@ -124,15 +131,25 @@
       state.spendChart = new window.Chart(spend, {
         type: "bar",
         data: { datasets: [
-          { label: "spend ($)", data: [], backgroundColor: COLORS.spend },
-          { label: "saved by caching ($)", data: [], backgroundColor: COLORS.saved },
+          { label: "spend ($)", data: [], backgroundColor: COLORS.spend, maxBarThickness: 14 },
+          { label: "saved by caching ($)", data: [], backgroundColor: COLORS.saved, maxBarThickness: 14 },
         ] },
         options: { animation: false, maintainAspectRatio: false, parsing: false,
-          scales: { x: { ...timeScale("minute"), stacked: false }, y: { beginAtZero: true, title: { display: true, text: "USD per bucket" } } } },
+          scales: { x: { ...timeScale("minute"), stacked: false },
+                    y: { beginAtZero: true, title: { display: true, text: "USD per bucket" }, ticks: { callback: (v) => money(v) } } } },
       });
     }
     document.querySelectorAll("[data-range]").forEach((b) => b.addEventListener("click", () => selectRange(b.dataset.range)));
-    selectRange("live");
+    openingRange().then(selectRange);
+  }
+  // Live when this browser holds live points; else the last hour if it had traffic (a
+  // first visit then shows history instead of an empty live chart).
+  async function openingRange() {
+    if (livePoints().length || !page.dataset.seriesUrl) return "live";
+    try {
+      const data = await getJSON(page.dataset.seriesUrl + "?range=1h");
+      return data.points.some((p) => p.requests > 0) ? "1h" : "live";
+    } catch (e) { return "live"; }
   }
   function liveKey() { return "cp.live." + (page.dataset.ws || kind); }
   function livePoints() { return stored(liveKey(), LIVE_KEEP_MS); }
@@ -248,6 +265,12 @@
       setText("tile-hit-rate", pct(s.spend.hit_ratio));
       const asOf = document.getElementById("spend-as-of");
       if (asOf) asOf.replaceChildren(timeEl(s.generated_at));
+      (s.spend.budgets || []).forEach((b) => {  // the same ledger figure as the tile
+        const row = document.querySelector(`.budget[data-budget="${CSS.escape(b.id)}"]`);
+        if (!row) return;
+        row.querySelector(".budget-spent").textContent = usd(b.spent_usd);
+        row.querySelector("meter").value = b.limit_usd ? Math.min(1, b.spent_usd / b.limit_usd) : 0;
+      });
     }
     if (s.caches) {
       const body = document.querySelector("#caches-table tbody");
@@ -283,11 +306,23 @@
   function renderPlatform(s) {
     setText("tile-tenants", s.tenants_total);
     setText("tile-hit-rate", pct(s.fleet_hit_rate));
+    if (s.top) { renderTop("top-spend", s.top.by_spend, "spend_usd"); renderTop("top-savings", s.top.by_savings, "saved_usd"); }
     (s.tenants || []).forEach((t) => {  // month spend per tenant, as the ledger booked it
       const cell = document.querySelector(`#tenants-table tr[data-slug="${CSS.escape(t.slug)}"] td.spend`);
       if (cell) { cell.textContent = usd(t.month_spend_usd); cell.dataset.sort = t.month_spend_usd; }
     });
     renderWorkers(s.workers || []);
+  }
+  function renderTop(id, rows, field) {
+    const body = document.querySelector(`#${id} tbody`);
+    if (!body || !rows.length) return;
+    body.replaceChildren(...rows.map((t) => {
+      const tr = document.createElement("tr");
+      const name = document.createElement("td"), value = document.createElement("td");
+      const a = document.createElement("a"); a.href = `/t/${encodeURIComponent(t.slug)}/`; a.textContent = t.name;
+      name.appendChild(a); value.textContent = usd(t[field]); value.dataset.sort = t[field];
+      tr.append(name, value); return tr;
+    }));
   }
   function renderWorkers(workers) {
     const body = document.querySelector("#workers-table tbody");
