@@ -61,3 +61,17 @@ def test_a_demo_cache_that_failed_is_created_again(platform_admin, tmp_path) -> 
         "globex-support/playbook-vertex": "pending",
     }  # pending: followed, not created a third time
     assert caches.count() == 4
+
+
+def test_demo_traffic_goes_through_the_demo_caches_on_both_providers_with_a_plain_fallback():
+    from frontend.demo import VERTEX_DEMO_MODEL, _demo_request
+
+    shapes = [_demo_request(n, "acme-legal", "cacheplane/ref-tiny") for n in range(4)]
+    assert [c["cache"] for c, _ in shapes] == ["playbook-vllm"] * 3 + ["playbook-vertex"]
+    assert shapes[3][0]["model"] == VERTEX_DEMO_MODEL
+    for cached, plain in shapes:
+        # A cache carries the prefix (a system message beside a Vertex cache is refused);
+        # the fallback sends the same prefix as a system message.
+        assert [m["role"] for m in cached["messages"]] == ["user"]
+        assert [m["role"] for m in plain["messages"]] == ["system", "user"]
+        assert "cache" not in plain and plain["model"] == cached["model"]

@@ -110,7 +110,7 @@
   // --- Charts ------------------------------------------------------------------------
   const COLORS = { available: "#627d98", routed: "#b7791f", delivered: "#147d64", spend: "#2680c2", saved: "#27ab83" };
   function timeScale(unit) {
-    return { type: "time", time: { unit: unit, tooltipFormat: "yyyy-MM-dd HH:mm:ss" }, ticks: { maxRotation: 0, autoSkip: true } };
+    return { type: "time", time: { unit: unit, tooltipFormat: "yyyy-MM-dd HH:mm:ss", displayFormats: { minute: "HH:mm", hour: "HH:mm", day: "MMM d" } }, ticks: { maxRotation: 0, autoSkip: true, maxTicksLimit: 10 } };
   }
   function buildCharts() {
     const canvas = document.getElementById("hit-chart");
