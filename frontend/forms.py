@@ -70,7 +70,10 @@ class HumanCreateForm(forms.Form):
 
 class MemberAddForm(forms.Form):
     principal = forms.CharField(
-        max_length=150, label="Username", help_text="A person or a service account."
+        max_length=150,
+        label="Username",
+        help_text="A person, or one of this tenant's service accounts (sa.<tenant>.<name>).",
+        widget=forms.TextInput(attrs={"list": "principal-options", "autocomplete": "off"}),
     )
     role = forms.ChoiceField()
     expires_at = forms.DateTimeField(
