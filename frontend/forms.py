@@ -86,6 +86,8 @@ class MemberAddForm(forms.Form):
     def __init__(self, *args, roles: list[str], **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fields["role"].choices = [(r, r) for r in roles]
+        if "tenant.viewer" in roles:  # least privilege unless chosen otherwise
+            self.fields["role"].initial = "tenant.viewer"
 
 
 class ServiceAccountForm(forms.Form):

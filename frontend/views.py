@@ -93,7 +93,9 @@ def platform_page(permission: str) -> Callable:
 def _context(request: HttpRequest, **extra) -> dict:
     visible = list(tenant_list_visible(principal=request.user).order_by("slug")[:100])
     platform = authorize(principal=request.user, permission="tenants.list", tenant=None)
-    return {"switcher": visible, "is_platform": platform, **extra}
+    # Every tenant page shows the tenant's navigation, which needs the held permissions.
+    held = getattr(request, "held", None)
+    return {"switcher": visible, "is_platform": platform, "held": held, **extra}
 
 
 @login_required
