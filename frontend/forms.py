@@ -201,11 +201,16 @@ class RateLimitForm(RateLimitEditForm):
 
     def __init__(self, *args, keys: list[tuple[str, str]], **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["api_key"].choices = [("", "the whole tenant"), *keys]
+        self.set_keys(keys)
         self.order_fields(["api_key", *[n for n in self.fields if n != "api_key"]])
 
+    def set_keys(self, keys: list[tuple[str, str]]) -> None:
+        field = self.fields["api_key"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = [("", "the whole tenant"), *keys]
+
     def clean(self) -> dict:
-        data = super().clean()
+        data = super().clean() or {}
         if data.get("api_key") and data.get("weight") not in (None, 1):
             self.add_error("weight", "The weight applies to the tenant-wide limit only.")
         return data

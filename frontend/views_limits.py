@@ -117,7 +117,7 @@ def rate_limit_create(request: HttpRequest) -> HttpResponse:
         )
         if limit is not None:
             return _back(request, f"Rate limit for {_scope(limit)} set.")
-    form.fields["api_key"].choices = [("", "the whole tenant"), *_key_choices(tenant, taken)]
+    form.set_keys(_key_choices(tenant, taken))
     return _budgets_page(request, limit_form=form)
 
 

@@ -85,7 +85,7 @@ def worker_kv_series(*, range_key: str, now: datetime | None = None) -> dict[str
         .annotate(peak=Max("usage_max"), total=Sum("usage_sum"), n=Sum("samples"))
         .order_by("worker_name", "slot")
     )
-    found: dict[str, dict[int, dict[str, Any]]] = {}
+    found: dict[str, dict[int, Any]] = {}
     for r in rows:
         found.setdefault(r["worker_name"], {})[int(r["slot"].timestamp())] = r
     slots = range(start_epoch, int(now.timestamp()) + 1, step)
@@ -93,12 +93,14 @@ def worker_kv_series(*, range_key: str, now: datetime | None = None) -> dict[str
     for name, by_slot in sorted(found.items()):
         points = []
         for t in slots:
-            r = by_slot.get(t)
+            sample = by_slot.get(t)
             points.append(
                 {
                     "at": datetime.fromtimestamp(t, tz=now.tzinfo).isoformat(),
-                    "max": round(r["peak"], 4) if r else None,
-                    "mean": round(r["total"] / r["n"], 4) if r and r["n"] else None,
+                    "max": round(sample["peak"], 4) if sample else None,
+                    "mean": round(sample["total"] / sample["n"], 4)
+                    if sample and sample["n"]
+                    else None,
                 }
             )
         workers[name] = points
