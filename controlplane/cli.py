@@ -98,6 +98,13 @@ def _with_embedded_services(argv: list[str], run: Callable[[], int] | None = Non
     another process such as ``cacheplane up`` owns them."""
     from controlplane.embedded import EmbeddedServiceError, EmbeddedServices
 
+    if os.environ.get("CACHEPLANE_ENV", "development") == "development":
+        from controlplane.up import _persisted_secret
+
+        # The secret `cacheplane up` uses for this data dir: API keys are digested with
+        # it, so a key `cacheplane demo` (or any command) creates must verify in the server.
+        _data_dir().mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault("CACHEPLANE_SECRET_KEY", _persisted_secret(_data_dir()))
     services = EmbeddedServices(_data_dir(), roles=True)
     try:
         os.environ.update(services.start())

@@ -124,6 +124,34 @@ def _wait_ready(url: str, children: list[Child], timeout: float = 60.0) -> bool:
     return False
 
 
+def _wait_providers(children: list[Child], timeout: float = 60.0) -> None:
+    """Wait until the local provider stand-ins answer their health checks.
+
+    The demo creates caches on them right away; a Vertex emulator still binding its port
+    made the first demo cache fail once. Bounded: past ``timeout`` the demo goes ahead
+    (its cache follower re-creates a cache that failed) and a warning says which is late.
+    """
+    import httpx
+
+    checks = {
+        "vertex-emulator": f"{os.environ.get('CACHEPLANE_VERTEX_BASE_URL')}/_emulator/healthz",
+        "reference-worker": f"{os.environ.get('CACHEPLANE_DEMO_WORKER_URL')}/health",
+    }
+    waiting = {c.name: checks[c.name] for c in children if c.name in checks}
+    deadline = time.monotonic() + timeout
+    while waiting and time.monotonic() < deadline:
+        for name, url in list(waiting.items()):
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    del waiting[name]
+            except httpx.HTTPError:
+                pass
+        if waiting:
+            time.sleep(0.2)  # polling starting servers
+    for name in waiting:
+        print(f"cacheplane: {name} is not answering yet; the demo goes ahead", file=sys.stderr)
+
+
 def up(argv: list[str], *, data_dir: Path) -> int:
     """Run Cacheplane until interrupted; returns the process exit code."""
     args = _parse_args(argv)
@@ -186,6 +214,13 @@ def _run(
     import django
     from django.core.management import call_command
 
+    python = sys.executable
+    logs = data_dir / "logs"
+    # Before django.setup(): the stand-ins' URLs and the demo Vertex project go into
+    # os.environ, and this process's settings must see them too. (Set after setup, the
+    # demo created its Vertex caches here with an empty project, and the Celery worker
+    # then failed every one of them.)
+    children.extend(_demo_providers(python, logs, data_dir))
     django.setup()  # raises ConfigError for a bad or missing variable
     _check_reachable()
     from controlplane.assets import ensure_assets
@@ -194,9 +229,6 @@ def _run(
     _migrate()
     call_command("bootstrap", *([] if not args.no_demo else ["--no-demo"]))
 
-    python = sys.executable
-    logs = data_dir / "logs"
-    children.extend(_demo_providers(python, logs, data_dir))  # sets their URLs in os.environ
     env = dict(os.environ)
     children.extend(
         [
@@ -273,6 +305,7 @@ def _run(
         for child in dead or children[:1]:
             print(f"cacheplane: {child.name} failed to start:\n{child.tail()}", file=sys.stderr)
         return 1
+    _wait_providers(children)  # the demo's caches need them serving, not starting
     _register_demo_worker()
     if not args.no_demo and not args.check:  # demo people, keys, caches, bounded traffic
         call_command("demo", "--url", url, "--background", "--requests", "600")

@@ -31,15 +31,28 @@ def actor(request: HttpRequest) -> Actor:
 def attempt(form: forms.Form, call: Callable[[], T]) -> T | None:
     """Run a service call; a domain error becomes a form error (None is returned).
 
-    The error lands on the field it concerns when the code maps to one of the form's
-    fields, else on the form as a whole; either way the message is the service's own.
+    The error lands on the field it concerns (``field_for``), else on the form as a
+    whole; either way the message is the service's own.
     """
     try:
         return call()
     except DomainError as exc:
-        field = FIELD_FOR_CODE.get(exc.code)
-        form.add_error(field if field in form.fields else None, f"{exc.message} ({exc.code})")
+        form.add_error(field_for(form, exc), f"{exc.message} ({exc.code})")
         return None
+
+
+def field_for(form: forms.Form, exc: DomainError) -> str | None:
+    """The form field a domain error concerns: by its code, else the field its details
+    name or its message starts with (``"weight must be ..."``), else None (the form)."""
+    field = FIELD_FOR_CODE.get(exc.code)
+    if field in form.fields:
+        return field
+    for name in form.fields:
+        if name in exc.details or exc.details.get("field") == name:
+            return name
+        if exc.message.startswith(name):
+            return name
+    return None
 
 
 def uuid_or_404(value: str) -> str:

@@ -146,17 +146,15 @@ def _key(actor: Actor, tenant: Tenant, account: Principal, known: str | None) ->
     return api_key_create(actor=actor, tenant=tenant, name="demo-app", principal=account).plaintext
 
 
-def _caches(actor: Actor, tenant: Tenant, worker_model: str | None) -> int:
+def _cache_specs(tenant: Tenant, worker_model: str | None) -> list:
     from caches.services import lifecycle
-    from controlplane.errors import DomainError
 
-    made = 0
     specs = [("playbook-vertex", "vertex", VERTEX_DEMO_MODEL)]
     if worker_model:
         specs.append(("playbook-vllm", "vllm", worker_model))
-    for name, provider, model in specs:
-        text = PREFIXES.get(tenant.slug, PREFIXES["acme-legal"]).format(n=1)
-        spec = lifecycle.CacheSpec(
+    text = PREFIXES.get(tenant.slug, PREFIXES["acme-legal"]).format(n=1)
+    return [
+        lifecycle.CacheSpec(
             name=name,
             provider=provider,
             model=model,
@@ -166,6 +164,17 @@ def _caches(actor: Actor, tenant: Tenant, worker_model: str | None) -> int:
             replication_factor=1,
             prewarm_cron="",
         )
+        for name, provider, model in specs
+    ]
+
+
+def _caches(actor: Actor, tenant: Tenant, worker_model: str | None) -> int:
+    from caches.services import lifecycle
+    from controlplane.errors import DomainError
+
+    made = 0
+    for spec in _cache_specs(tenant, worker_model):
+        name = spec.name
         for attempt in range(3):
             try:
                 lifecycle.cache_create(tenant=tenant, actor=actor, spec=spec, idempotency_key=None)
@@ -184,10 +193,13 @@ def _caches(actor: Actor, tenant: Tenant, worker_model: str | None) -> int:
 
 
 def demo_seed(*, data_dir: Path, password: str, worker_model: str | None) -> DemoSeed:
-    """Give each demo tenant an admin, a developer, a service account with a key, a budget
-    and caches on both providers (vLLM only when ``worker_model`` is served)."""
+    """Give each demo tenant an admin, a developer, a service account with a key, a budget,
+    a tenant-wide rate limit and caches on both providers (vLLM only when ``worker_model``
+    is served)."""
     from billing.selectors.budgets import budget_list
     from billing.services.budget_crud import budget_create
+    from gateway.selectors import rate_limit_list
+    from gateway.services import rate_limit_create
     from tenants.selectors import service_account_list
     from tenants.services.bootstrap import DEMO_TENANTS, demo_tenants_ensure
     from tenants.services.iam import service_account_create
@@ -214,9 +226,87 @@ def demo_seed(*, data_dir: Path, password: str, worker_model: str | None) -> Dem
             budget_create(
                 actor=actor, tenant=tenant, name="monthly", period="month", limit_micros=25_000_000
             )
+        if not rate_limit_list(tenant=tenant).exists():
+            rate_limit_create(
+                tenant=tenant,
+                actor=actor,
+                api_key_id=None,
+                values={"requests_per_minute": 600, "tokens_per_minute": 500_000},
+            )
         seed.caches += _caches(actor, tenant, worker_model)
     _save_keys(data_dir, seed.keys)
     return seed
+
+
+DEMO_CACHE_RETRIES = 2
+
+
+def demo_caches_settle(
+    *, worker_model: str | None, timeout: float = 120.0, poll: float = 2.0
+) -> dict[str, str]:
+    """Follow the demo caches until each is active; re-create one that failed.
+
+    A first start races its providers (the Vertex emulator or the reference worker may
+    still be starting when the first creation runs out of retries), so a failed demo cache
+    is created again, up to ``DEMO_CACHE_RETRIES`` times, through the same service. Bounded
+    by ``timeout``; returns ``"<tenant>/<cache>" -> state`` as last seen.
+    """
+    from caches.models import CacheObject, CacheState
+    from caches.services import lifecycle
+    from controlplane.errors import DomainError
+    from tenants.services.bootstrap import DEMO_TENANTS
+
+    actor = Actor.cli(principal=_admin())
+    retries: dict[str, int] = {}
+    seen: dict[str, str] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        pending = False
+        for slug, _name in DEMO_TENANTS:
+            tenant = Tenant.objects.filter(slug=slug).first()
+            if tenant is None:
+                continue
+            for spec in _cache_specs(tenant, worker_model):
+                label = f"{slug}/{spec.name}"
+                latest = (
+                    CacheObject.objects.filter(tenant=tenant, name=spec.name)
+                    .order_by("-created_at")
+                    .first()
+                )
+                state = latest.state if latest else "missing"
+                seen[label] = state
+                if state in (CacheState.FAILED, "missing"):
+                    if retries.get(label, 0) >= DEMO_CACHE_RETRIES:
+                        continue  # given up on: the log says why
+                    retries[label] = retries.get(label, 0) + 1
+                    logger.warning("demo: cache %s is %s; creating it again", label, state)
+                    try:
+                        lifecycle.cache_create(
+                            tenant=tenant, actor=actor, spec=spec, idempotency_key=None
+                        )
+                    except DomainError as exc:
+                        logger.warning("demo: cache %s not re-created: %s", label, exc.message)
+                elif state not in (CacheState.PENDING, CacheState.CREATING):
+                    continue  # active, or moved on by someone (refreshing, evicted...)
+                pending = True
+        if not pending or time.monotonic() >= deadline:
+            return seen
+        time.sleep(poll)  # polling the cache rows the Celery worker moves along
+
+
+def _demo_request(n: int, slug: str, model: str) -> tuple[dict, dict]:
+    """Request ``n`` of the demo: through the tenant's demo cache (three in four on the
+    vLLM cache, one in four on the Vertex one), and the same prompt without a cache for
+    when that cache is not live yet (the dashboard moves from the first minute anyway)."""
+    question = {"role": "user", "content": QUESTIONS[n % len(QUESTIONS)]}
+    system = {"role": "system", "content": PREFIXES[slug].format(n=1)}
+    if n % 4 == 3:
+        cached = {"model": VERTEX_DEMO_MODEL, "cache": "playbook-vertex", "messages": [question]}
+        plain = {"model": VERTEX_DEMO_MODEL, "messages": [system, question]}
+    else:
+        cached = {"model": model, "cache": "playbook-vllm", "messages": [question]}
+        plain = {"model": model, "messages": [system, question]}
+    return {**cached, "max_tokens": 8}, {**plain, "max_tokens": 8}
 
 
 def demo_traffic(
@@ -231,25 +321,36 @@ def demo_traffic(
     with httpx.Client(base_url=base_url, timeout=30) as client:
         for n in range(requests):
             slug = slugs[n % len(slugs)]
-            body = {
-                "model": model,
-                "max_tokens": 8,
-                "messages": [
-                    {"role": "system", "content": PREFIXES[slug].format(n=1)},
-                    {"role": "user", "content": QUESTIONS[n % len(QUESTIONS)]},
-                ],
-            }
+            cached, plain = _demo_request(n // len(slugs), slug, model)
+            headers = {"Authorization": f"Bearer {keys[slug]}"}
             try:
-                r = client.post(
-                    "/v1/chat/completions",
-                    json=body,
-                    headers={"Authorization": f"Bearer {keys[slug]}"},
-                )
+                r = client.post("/v1/chat/completions", json=cached, headers=headers)
+                if r.status_code in (400, 404):  # the cache is not live (yet), or no worker
+                    r = client.post("/v1/chat/completions", json=plain, headers=headers)
                 ok += r.status_code == 200
             except httpx.HTTPError as exc:
                 logger.info("demo traffic: %s", exc)
             time.sleep(interval)  # pacing of a bounded demo load, not waiting for work
     return ok
+
+
+def demo_caches_settle_start(*, worker_model: str | None) -> threading.Thread:
+    """Run ``demo_caches_settle`` in a daemon thread (it dies with ``cacheplane up``)."""
+
+    def run() -> None:
+        from django.db import connection
+
+        try:
+            states = demo_caches_settle(worker_model=worker_model)
+            logger.info("demo caches: %s", states)
+        except Exception:
+            logger.exception("demo: following the demo caches failed")
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, name="cacheplane-demo-caches", daemon=True)
+    thread.start()
+    return thread
 
 
 def demo_traffic_start(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django import forms
 
+from billing.models import Provider as PriceProvider
 from caches.models import Provider, TtlPolicy
 from controlplane.display_text import display_text_validator
 from tenants.models import SLUG_VALIDATOR
@@ -27,6 +28,7 @@ FIELD_FOR_CODE = {
     "invalid_cron": "prewarm_cron",
     "unknown_model": "model",
     "unknown_permission": "permissions",
+    "rate_limit_exists": "api_key",
 }
 
 DATETIME_WIDGET = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
@@ -68,7 +70,10 @@ class HumanCreateForm(forms.Form):
 
 class MemberAddForm(forms.Form):
     principal = forms.CharField(
-        max_length=150, label="Username", help_text="A person or a service account."
+        max_length=150,
+        label="Username",
+        help_text="A person, or one of this tenant's service accounts (sa.<tenant>.<name>).",
+        widget=forms.TextInput(attrs={"list": "principal-options", "autocomplete": "off"}),
     )
     role = forms.ChoiceField()
     expires_at = forms.DateTimeField(
@@ -81,6 +86,8 @@ class MemberAddForm(forms.Form):
     def __init__(self, *args, roles: list[str], **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fields["role"].choices = [(r, r) for r in roles]
+        if "tenant.viewer" in roles:  # least privilege unless chosen otherwise
+            self.fields["role"].initial = "tenant.viewer"
 
 
 class ServiceAccountForm(forms.Form):
@@ -151,6 +158,71 @@ class BudgetEditForm(BudgetForm):
     period = None  # type: ignore[assignment]
 
 
+def _limit(label: str, help_text: str) -> forms.IntegerField:
+    return forms.IntegerField(
+        required=False, min_value=1, max_value=10**12, label=label, help_text=help_text
+    )
+
+
+class RateLimitEditForm(forms.Form):
+    """The limits of one scope; an empty field is unlimited (the API's null)."""
+
+    requests_per_minute = _limit("Requests per minute", "Empty: unlimited.")
+    tokens_per_minute = _limit("Tokens per minute", "Prompt + output tokens. Empty: unlimited.")
+    concurrent_requests = _limit("Concurrent requests", "In flight at once. Empty: unlimited.")
+    weight = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=1000,
+        initial=1,
+        label="Fair-share weight",
+        help_text="The tenant's share of a saturated worker pool (tenant-wide limit only).",
+    )
+
+    def __init__(self, *args, for_key: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if for_key:
+            del self.fields["weight"]  # the service refuses a weight on a key's limit
+
+    def values(self) -> dict:
+        """The service's ``values``/``changes``: every shown field, None for unlimited."""
+        data = self.cleaned_data
+        values = {name: data.get(name) for name in self.fields}
+        if "weight" in values and values["weight"] is None:
+            values["weight"] = 1
+        return values
+
+
+class RateLimitForm(RateLimitEditForm):
+    """A new limit: for the whole tenant or for one of its keys."""
+
+    api_key = forms.ChoiceField(required=False, label="Applies to")
+    field_order = ["api_key"]
+
+    def __init__(self, *args, keys: list[tuple[str, str]], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.set_keys(keys)
+        self.order_fields(["api_key", *[n for n in self.fields if n != "api_key"]])
+
+    def set_keys(self, keys: list[tuple[str, str]]) -> None:
+        field = self.fields["api_key"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = [("", "the whole tenant"), *keys]
+
+    def clean(self) -> dict:
+        data = super().clean() or {}
+        if data.get("api_key") and data.get("weight") not in (None, 1):
+            self.add_error("weight", "The weight applies to the tenant-wide limit only.")
+        return data
+
+    def values(self) -> dict:
+        values = super().values()
+        values.pop("api_key", None)
+        if self.cleaned_data.get("api_key"):
+            values.pop("weight", None)
+        return values
+
+
 class CacheCreateForm(forms.Form):
     name = forms.RegexField(
         r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$",
@@ -196,7 +268,11 @@ class CachePolicyForm(forms.Form):
 
 
 class ModelPriceForm(forms.Form):
-    provider = forms.ChoiceField(choices=[("vertex", "vertex"), ("vllm", "vllm")])
+    # vLLM traffic is priced by its worker pool's GPU-hour price (the pool form), never by
+    # a per-token model price, so the model form does not offer it.
+    provider = forms.ChoiceField(
+        choices=[(v, label) for v, label in PriceProvider.choices if v != PriceProvider.VLLM]
+    )
     model = forms.CharField(max_length=200)
     input_per_mtok = forms.DecimalField(
         min_value=0, max_digits=14, decimal_places=6, label="Input $/Mtok"
@@ -216,6 +292,27 @@ class ModelPriceForm(forms.Form):
 class PriceCorrectForm(ModelPriceForm):
     provider = None  # type: ignore[assignment]
     model = None  # type: ignore[assignment]
+    note = _text(500, label="Why (note)")
+
+
+class PoolPriceForm(forms.Form):
+    pool = forms.RegexField(
+        r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", max_length=100, initial="default", label="Pool"
+    )
+    gpu_hour_usd = forms.DecimalField(min_value=0, max_digits=14, decimal_places=6, label="GPU $/h")
+    prefill_tokens_per_gpu_second = forms.DecimalField(
+        min_value=0.001, max_digits=16, decimal_places=3, label="Prefill tokens/GPU·s"
+    )
+    decode_tokens_per_gpu_second = forms.DecimalField(
+        min_value=0.001, max_digits=16, decimal_places=3, label="Decode tokens/GPU·s"
+    )
+    kv_blocks_per_gpu = forms.IntegerField(min_value=1, label="KV blocks per GPU")
+    kv_block_tokens = forms.IntegerField(min_value=1, initial=16, label="Tokens per KV block")
+    source = _text(300, label="Source (URL or note)")
+
+
+class PoolPriceCorrectForm(PoolPriceForm):
+    pool = None  # type: ignore[assignment]
     note = _text(500, label="Why (note)")
 
 

@@ -27,7 +27,7 @@ def _shoot(page, url: str, path: Path, *, settle_ms: int) -> None:
 
 
 def screenshots(
-    *, url: str, username: str, password: str, tenant: str, out: Path, settle_ms: int = 4000
+    *, url: str, username: str, password: str, tenant: str, out: Path, settle_ms: int = 8000
 ) -> list[Path]:
     """Log in and capture the main pages; returns the files written."""
     from playwright.sync_api import sync_playwright
@@ -46,15 +46,18 @@ def screenshots(
             "platform-overview": "/platform/",
             "platform-tenants": "/platform/tenants/",
             "workers": "/platform/workers/",
+            "prices": "/platform/prices/",
             "tenant": f"/t/{tenant}/",
             "access": f"/t/{tenant}/access/",
             "keys": f"/t/{tenant}/keys/",
             "budgets": f"/t/{tenant}/budgets/",
             "cache-new": f"/t/{tenant}/caches/new/",
         }
+        charts = {"platform-overview", "tenant", "workers"}
         for name, path in pages.items():
             target = out / f"{name}.png"
-            _shoot(page, url + path, target, settle_ms=settle_ms)
+            # Pages with charts wait for a few live ticks; the others only for their data.
+            _shoot(page, url + path, target, settle_ms=settle_ms if name in charts else 1500)
             written.append(target)
         page.goto(f"{url}/t/{tenant}/")
         link = page.locator("#caches-table a").first

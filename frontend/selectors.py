@@ -74,8 +74,18 @@ def tenant_spend_section(*, tenant: Tenant, now: datetime) -> dict[str, Any]:
     budgets = list(budget_list(tenant=tenant)[:10])
     periods = budget_current_periods(tenant=tenant, budgets=budgets, at=now)
     budget_rows = []
+    # One spend figure per page: a budget's meter here shows the ledger's spend over the
+    # budget's current period (the same source and definition as "Spent this month"), so
+    # the two never disagree while traffic runs. The figure the gateway enforces (settled
+    # holds, a few seconds apart) is on the budgets page.
+    ledger_since: dict[datetime, int] = {start: savings.spent_micros}
     for budget in budgets:
         period = periods.get(budget.pk)
+        since = period.period_start if period else start
+        if since not in ledger_since:
+            ledger_since[since] = savings_summary(
+                tenant=tenant, since=since, until=now + timedelta(minutes=1)
+            ).spent_micros
         budget_rows.append(
             {
                 "id": str(budget.pk),
@@ -83,7 +93,7 @@ def tenant_spend_section(*, tenant: Tenant, now: datetime) -> dict[str, Any]:
                 "period": budget.period,
                 "hard_limit": budget.hard_limit,
                 "limit_usd": _usd(budget.limit_micros),
-                "spent_usd": _usd(period.spent_micros) if period else 0.0,
+                "spent_usd": _usd(ledger_since[since]),
                 "reserved_usd": _usd(period.reserved_micros) if period else 0.0,
             }
         )
@@ -252,6 +262,7 @@ def platform_summary(*, page: int = 1, per_page: int = 50) -> dict[str, Any]:
             for t in tenants
         ],
         "fleet_hit_rate": round(fleet["cached"] / fleet["prompt"], 4) if fleet["prompt"] else None,
+        "top": platform_top(),  # in the snapshot so a live refresh keeps it agreeing
         "hit_series": hit_series(tenant_ids=None),
         "workers": workers,
         "alerts": alerts,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from frontend import views, views_access, views_manage, views_platform
+from frontend import views, views_access, views_limits, views_manage, views_platform
 
 T = "t/<slug:tenant>"
 
@@ -52,6 +52,16 @@ urlpatterns = [
         views_platform.price_correct,
         name="console-price-correct",
     ),
+    path(
+        "platform/prices/pools/new",
+        views_platform.pool_price_create,
+        name="console-pool-price-create",
+    ),
+    path(
+        "platform/prices/pools/<int:price_id>/correct",
+        views_platform.pool_price_correct,
+        name="console-pool-price-correct",
+    ),
     path(f"{T}/", views.tenant_overview, name="console-tenant"),
     path(f"{T}/caches/new/", views_manage.cache_new, name="console-cache-new"),
     path(f"{T}/caches/<uuid:cache_id>/", views.cache_page, name="console-cache"),
@@ -87,6 +97,17 @@ urlpatterns = [
         f"{T}/budgets/<str:budget_id>/rotate-secret",
         views_manage.budget_rotate_secret,
         name="console-budget-rotate",
+    ),
+    path(f"{T}/rate-limits/new", views_limits.rate_limit_create, name="console-rate-limit-create"),
+    path(
+        f"{T}/rate-limits/<str:limit_id>/edit",
+        views_limits.rate_limit_edit,
+        name="console-rate-limit-edit",
+    ),
+    path(
+        f"{T}/rate-limits/<str:limit_id>/delete",
+        views_limits.rate_limit_delete,
+        name="console-rate-limit-delete",
     ),
     path(f"{T}/audit/", views.audit_page, name="console-audit"),
     path(f"{T}/break-even/", views.breakeven_page, name="console-breakeven"),

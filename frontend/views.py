@@ -93,7 +93,9 @@ def platform_page(permission: str) -> Callable:
 def _context(request: HttpRequest, **extra) -> dict:
     visible = list(tenant_list_visible(principal=request.user).order_by("slug")[:100])
     platform = authorize(principal=request.user, permission="tenants.list", tenant=None)
-    return {"switcher": visible, "is_platform": platform, **extra}
+    # Every tenant page shows the tenant's navigation, which needs the held permissions.
+    held = getattr(request, "held", None)
+    return {"switcher": visible, "is_platform": platform, "held": held, **extra}
 
 
 @login_required
@@ -115,7 +117,7 @@ def platform_overview(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "frontend/platform.html",
-        _context(request, summary=summary, top=selectors.platform_top(), page_data=summary),
+        _context(request, summary=summary, top=summary["top"], page_data=summary),
     )
 
 

@@ -221,7 +221,10 @@ def service_account_create(request: HttpRequest) -> HttpResponse:
         )
         if account is not None:
             return done(
-                request, f"Service account {account.username} created.", f"/t/{tenant.slug}/access/"
+                request,
+                f"Service account {account.username} created. Add it as a member to give "
+                "it a role, then create its API key.",
+                f"/t/{tenant.slug}/access/",
             )
     return _access_page(request, status=400, account_form=form)
 

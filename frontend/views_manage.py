@@ -61,9 +61,13 @@ def _budget_rows(tenant) -> list[dict]:
     return rows
 
 
-def _budgets_page(request: HttpRequest, *, status: int = 200, **extra) -> HttpResponse:
+def budgets_render(request: HttpRequest, *, status: int = 200, **extra) -> HttpResponse:
+    """The budgets page: budgets, alerts and rate limits, with bound forms re-shown."""
+    from frontend.views_limits import rate_limit_context
+
     tenant = request.tenant  # type: ignore[attr-defined]
     rows = _budget_rows(tenant)
+    limits = rate_limit_context(tenant, bound=extra)
     edited = extra.pop("edited", None)
     if edited is not None:
         for row in rows:
@@ -76,6 +80,7 @@ def _budgets_page(request: HttpRequest, *, status: int = 200, **extra) -> HttpRe
         rows=rows,
         alerts=budget_selectors.budget_alert_list(tenant=tenant).select_related("budget")[:100],
         budget_form=extra.pop("budget_form", None) or f.BudgetForm(),
+        **limits,
         **extra,
     )
     response = render(request, "frontend/budgets.html", context)
@@ -85,8 +90,8 @@ def _budgets_page(request: HttpRequest, *, status: int = 200, **extra) -> HttpRe
 
 @tenant_page("budgets.get")
 def budgets_page(request: HttpRequest) -> HttpResponse:
-    """Budgets with spend against limit, alert webhooks, alerts; rate limits (to come)."""
-    return _budgets_page(request)
+    """Budgets with spend against limit, alert webhooks, alerts; rate limits."""
+    return budgets_render(request)
 
 
 def _micros(usd: Decimal) -> int:
@@ -115,8 +120,8 @@ def budget_create(request: HttpRequest) -> HttpResponse:
             ),
         )
         if budget is not None:
-            return no_store(_budgets_page(request, created=budget))
-    return _budgets_page(request, status=400, budget_form=form)
+            return no_store(budgets_render(request, created=budget))
+    return budgets_render(request, status=400, budget_form=form)
 
 
 def _budget(request: HttpRequest, budget_id: str):
@@ -147,7 +152,7 @@ def budget_edit(request: HttpRequest, budget_id: str) -> HttpResponse:
         )
         if saved is not None:
             return done(request, f"Budget {saved.name} saved.", f"/t/{tenant.slug}/budgets/")
-    return _budgets_page(request, status=400, edited=(budget.pk, form))
+    return budgets_render(request, status=400, edited=(budget.pk, form))
 
 
 @tenant_page("budgets.update")
@@ -165,7 +170,7 @@ def budget_rotate_secret(request: HttpRequest, budget_id: str) -> HttpResponse:
     budget = budget_crud.budget_rotate_secret(
         actor=actor(request), budget=_budget(request, budget_id)
     )
-    return no_store(_budgets_page(request, created=budget, rotated=True))
+    return no_store(budgets_render(request, created=budget, rotated=True))
 
 
 # --- Caches -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
-from billing.models import ModelPrice
+from billing.models import ModelPrice, PoolPrice
 from billing.selectors import prices as price_selectors
 from billing.services import prices as price_services
 from frontend import forms as f
@@ -26,6 +26,13 @@ from tenants.services.authorization import principal_permissions
 from workers import services as worker_services
 from workers.models import Worker
 
+POOL_RATES = (
+    "gpu_hour_usd",
+    "prefill_tokens_per_gpu_second",
+    "decode_tokens_per_gpu_second",
+    "kv_blocks_per_gpu",
+    "kv_block_tokens",
+)
 MODEL_RATES = (
     "input_per_mtok",
     "cached_input_per_mtok",
@@ -185,6 +192,9 @@ def _prices_page(request: HttpRequest, *, status: int = 200, **bound) -> HttpRes
         price_form=bound.pop("price_form", None) or f.ModelPriceForm(),
         correcting=bound.pop("correcting", None),
         correct_form=bound.pop("correct_form", None),
+        pool_form=bound.pop("pool_form", None) or f.PoolPriceForm(prefix="pool"),
+        correcting_pool=bound.pop("correcting_pool", None),
+        pool_correct_form=bound.pop("pool_correct_form", None),
         **bound,
     )
 
@@ -200,9 +210,68 @@ def prices_page(request: HttpRequest) -> HttpResponse:
             return _prices_page(
                 request,
                 correcting=price,
-                correct_form=f.PriceCorrectForm(initial={**initial, "source": price.source}),
+                correct_form=f.PriceCorrectForm(
+                    prefix="fix", initial={**initial, "source": price.source}
+                ),
+            )
+    correct_pool = request.GET.get("correct_pool", "")
+    if correct_pool.isdigit():
+        pool_price = PoolPrice.objects.filter(pk=int(correct_pool)).first()
+        if pool_price is not None:
+            initial = {name: getattr(pool_price, name) for name in POOL_RATES}
+            return _prices_page(
+                request,
+                correcting_pool=pool_price,
+                pool_correct_form=f.PoolPriceCorrectForm(
+                    prefix="poolfix", initial={**initial, "source": pool_price.source}
+                ),
             )
     return _prices_page(request)
+
+
+@platform_page("prices.manage")
+@require_POST
+def pool_price_create(request: HttpRequest) -> HttpResponse:
+    """A GPU-hour price version for a worker pool (what vLLM traffic is billed by)."""
+    form = f.PoolPriceForm(request.POST, prefix="pool")
+    if form.is_valid():
+        data = form.cleaned_data
+        price = attempt(
+            form,
+            lambda: price_services.pool_price_create(
+                actor=actor(request),
+                pool=data["pool"],
+                rates={name: data[name] for name in POOL_RATES},
+                source=data["source"],
+            ),
+        )
+        if price is not None:
+            return done(request, f"Price for pool {price.pool} added.", "/platform/prices/")
+    return _prices_page(request, status=400, pool_form=form)
+
+
+@platform_page("prices.manage")
+@require_POST
+def pool_price_correct(request: HttpRequest, price_id: int) -> HttpResponse:
+    price = PoolPrice.objects.filter(pk=price_id).first()
+    if price is None:
+        raise Http404("No such price.")
+    form = f.PoolPriceCorrectForm(request.POST, prefix="poolfix")
+    if form.is_valid():
+        data = form.cleaned_data
+        fixed = attempt(
+            form,
+            lambda: price_services.pool_price_correct(
+                actor=actor(request),
+                price=price,
+                rates={name: data[name] for name in POOL_RATES},
+                source=data["source"],
+                note=data["note"],
+            ),
+        )
+        if fixed is not None:
+            return done(request, f"Price for pool {price.pool} corrected.", "/platform/prices/")
+    return _prices_page(request, status=400, correcting_pool=price, pool_correct_form=form)
 
 
 @platform_page("prices.manage")
@@ -232,7 +301,7 @@ def price_correct(request: HttpRequest, price_id: int) -> HttpResponse:
     price = ModelPrice.objects.filter(pk=price_id).first()
     if price is None:
         raise Http404("No such price.")
-    form = f.PriceCorrectForm(request.POST)
+    form = f.PriceCorrectForm(request.POST, prefix="fix")
     if form.is_valid():
         data = form.cleaned_data
         fixed = attempt(

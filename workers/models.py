@@ -46,3 +46,30 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.model})"
+
+
+class WorkerKvSample(models.Model):
+    """KV cache usage of one worker over one minute: the max and the sum of its probes.
+
+    Written by the periodic probe (``workers.kv_pressure.worker_kv_sample_record``, an
+    upsert per worker per minute) and read by the workers page's 1 h / 24 h / 7 d chart;
+    rows older than ``workers.kv_pressure.RETENTION`` are pruned by the same probe. Keyed
+    by worker name, not a foreign key, so the history outlives a removed worker.
+    """
+
+    worker_name = models.CharField(max_length=100)
+    bucket = models.DateTimeField()
+    usage_max = models.FloatField()
+    usage_sum = models.FloatField()
+    samples = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["worker_name", "bucket"], name="workerkv_one_per_minute"
+            )
+        ]
+        indexes = [models.Index(fields=["bucket"])]
+
+    def __str__(self) -> str:
+        return f"{self.worker_name}@{self.bucket:%Y-%m-%d %H:%M} max {self.usage_max:.2f}"

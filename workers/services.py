@@ -215,6 +215,15 @@ def workers_probe_all(*, client: httpx.Client | None = None) -> list[Worker]:
     finally:
         if owned:
             client.close()
+    from workers.kv_pressure import worker_kv_sample_record
+
+    worker_kv_sample_record(  # the stored history behind the workers page's KV chart
+        usage={
+            w.name: w.metrics["vllm:kv_cache_usage_perc"]
+            for w in probed
+            if isinstance(w.metrics.get("vllm:kv_cache_usage_perc"), int | float)
+        }
+    )
     publish_now(
         platform_group("workers"),
         "workers.snapshot",

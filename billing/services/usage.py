@@ -477,8 +477,22 @@ def _write_batch(messages: list[_Message], result: FlushResult) -> None:
                     copy.write_row(row)
             cursor.execute(_INSERT_SQL)
             inserted, _ = cursor.fetchone()
+        if inserted:
+            _publish_booked({str(m.tenant_id) for m in messages})
     result.inserted += inserted
     result.duplicates += len(messages) - inserted
+
+
+def _publish_booked(tenant_ids: set[str]) -> None:
+    """After commit, tell each tenant's usage topic that the ledger moved, so live pages
+    re-read their ledger-backed figures (month spend, savings) then, not on a reload."""
+    from controlplane.live import platform_group, publish_on_commit, tenant_group
+
+    for tenant_id in sorted(tenant_ids):
+        publish_on_commit(tenant_group(tenant_id, "usage"), "usage.booked", {"at": time.time()})
+    publish_on_commit(
+        platform_group("usage"), "usage.booked", {"at": time.time(), "tenants": len(tenant_ids)}
+    )
 
 
 def usage_write_direct(messages: list[bytes]) -> FlushResult:

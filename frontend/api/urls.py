@@ -28,6 +28,11 @@ urlpatterns = [
         name="platform-console-series",
     ),
     path(
+        "platform/console/kv-series",
+        PlatformConsoleViewSet.as_view({"get": "kv_series"}),
+        name="platform-console-kv-series",
+    ),
+    path(
         "platform/console/summary",
         PlatformConsoleViewSet.as_view({"get": "summary"}),
         name="platform-console-summary",

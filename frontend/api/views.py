@@ -12,6 +12,7 @@ from caches import selectors as cache_selectors
 from caches.errors import CacheNotFound
 from controlplane.api.tenancy import MEMBER, PlatformMixin, TenantScopedMixin
 from frontend import selectors
+from workers import kv_pressure
 
 
 @extend_schema(tags=["console"])
@@ -50,7 +51,11 @@ class PlatformConsoleViewSet(PlatformMixin, viewsets.GenericViewSet):
     """The platform overview's data."""
 
     audit_entity = "frontend.console"
-    action_permissions = {"summary": "tenants.list", "series": "tenants.list"}
+    action_permissions = {
+        "summary": "tenants.list",
+        "series": "tenants.list",
+        "kv_series": "tenants.list",
+    }
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def summary(self, request: Request) -> Response:
@@ -67,4 +72,15 @@ class PlatformConsoleViewSet(PlatformMixin, viewsets.GenericViewSet):
             selectors.usage_series(
                 tenant_ids=None, range_key=request.query_params.get("range", "1h")
             )
+        )
+
+    @extend_schema(
+        parameters=[OpenApiParameter("range", str, enum=list(kv_pressure.RANGES))],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def kv_series(self, request: Request) -> Response:
+        """KV memory pressure per worker (peak and mean per bucket), from the stored
+        per-minute samples the worker probe writes, with the 85 % line."""
+        return Response(
+            kv_pressure.worker_kv_series(range_key=request.query_params.get("range", "1h"))
         )

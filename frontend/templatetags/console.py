@@ -86,3 +86,16 @@ def fraction(value: object, total: object) -> float:
         return max(0.0, min(1.0, float(value) / t)) if t else 0.0  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return 0.0
+
+
+@register.filter
+def rate(value: object) -> str:
+    """A price-book rate without trailing zeros: 1.250000 -> 1.25, 4600.000 -> 4600."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        number = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return "—"
+    text = f"{number.normalize():f}"
+    return text if "." not in text else text.rstrip("0").rstrip(".")

@@ -129,3 +129,23 @@ def test_up_with_no_urls_runs_on_embedded_postgres_and_redis(tmp_path: Path) -> 
     assert "embedded PostgreSQL" in result.stdout
     assert "embedded redis-server" in result.stdout
     assert (tmp_path / "data" / "postgres" / "PG_VERSION").exists()
+
+
+def test_a_command_beside_up_uses_ups_secret_for_the_data_dir(
+    tmp_path: Path, scratch_database: str
+) -> None:
+    """API keys are digested with the secret key: one that `cacheplane demo` creates
+    must verify in the server `cacheplane up` runs on the same data dir."""
+    from controlplane.up import _persisted_secret
+
+    env = _base_env(tmp_path)
+    env.pop("CACHEPLANE_SECRET_KEY", None)
+    env["CACHEPLANE_ENV"] = "development"
+    env["DATABASE_URL"] = scratch_database
+    env["REDIS_URL"] = settings.REDIS_URL
+    script = "from django.conf import settings; print('KEY=' + settings.SECRET_KEY)"
+    result = _cacheplane(["manage", "shell", "-c", script], env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    printed = next(line for line in result.stdout.splitlines() if line.startswith("KEY="))
+    data_dir = tmp_path / "data"
+    assert printed == "KEY=" + _persisted_secret(data_dir)  # the file up reads

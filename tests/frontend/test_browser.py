@@ -35,19 +35,62 @@ def _platform_admin(username: str = "ops"):
     return _user(username, "platform.admin", None)
 
 
+def _book_usage() -> None:
+    """Flush the usage queue into the ledger as the 5 s beat task does: from a thread of
+    its own, as in a Celery worker (Playwright's sync API runs an event loop on the test's
+    thread, where publishing the after-commit live event would be refused)."""
+    import threading
+
+    from django.db import connection
+
+    from billing.services.usage import usage_flush
+
+    def run() -> None:
+        try:
+            usage_flush()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+
+
 def _actions(**filters) -> set[str]:
     return set(AuditEvent.objects.filter(**filters).values_list("action", flat=True))
 
 
-def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser(console) -> None:
-    from billing.models import Budget
+def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser_and_watches_it_live(
+    console, ref_workers
+) -> None:
+    """The issue's "done when": from an empty install to a tenant with a member, a key, a
+    cache, a budget and rate limits, all in the browser; then traffic through the gateway
+    with the OpenAI SDK and the key made in the browser, watched live on the tenant page."""
+    from billing.models import Budget, PoolPrice
     from caches.models import CacheObject
+    from gateway.models import RateLimit
     from tenants.models import ApiKey, Tenant
 
     _platform_admin()
     console.login("ops")
     console.wait_for_url(re.compile(r".*/platform/$"))
     console.check()
+
+    console.go("/platform/prices/")  # vLLM traffic is billed by its pool's GPU-hour price
+    console.check()
+    for name, value in (
+        ("pool", "default"),
+        ("gpu_hour_usd", "40"),
+        ("prefill_tokens_per_gpu_second", "2000"),
+        ("decode_tokens_per_gpu_second", "50"),
+        ("kv_blocks_per_gpu", "4096"),
+        ("source", "our GPU contract"),
+    ):
+        console.fill(f"#pool-price-form [name=pool-{name}]", value)
+    console.click("#pool-price-form button[type=submit]")
+    assert "Price for pool default added." in console.locator(".flash").inner_text()
+    assert PoolPrice.objects.filter(pool="default", superseded_by__isnull=True).exists()
+
     console.go("/platform/tenants/")
     console.check()
     console.fill("#tenant-form [name=slug]", "shop")
@@ -60,6 +103,7 @@ def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser(console) 
     console.fill("#human-form [name=password]", "a-long-password-123")
     console.click("#human-form button[type=submit]")
     console.locator(".flash").wait_for()
+    console.check()
 
     console.go("/t/shop/access/")
     console.check()
@@ -71,6 +115,11 @@ def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser(console) 
     console.fill("#account-form [name=name]", "shop-app")
     console.click("#account-form button[type=submit]")
     console.locator(".flash").wait_for()
+    console.fill("#member-form [name=principal]", "sa.shop.shop-app")
+    console.select_option("#member-form [name=role]", "tenant.developer")
+    console.click("#member-form button[type=submit]")
+    assert "sa.shop.shop-app is now tenant.developer." in console.locator(".flash").inner_text()
+    console.check()
 
     console.go("/t/shop/keys/")
     console.check()
@@ -90,7 +139,18 @@ def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser(console) 
     console.click("#budget-form button[type=submit]")
     assert console.locator("#new-secret").input_value()
     assert Budget.objects.all_tenants().get(name="monthly").limit_micros == 50_000_000
-    assert console.locator("#rate-limits").count() == 1
+    console.check()
+    console.fill("#rate-limit-form [name=rl-requests_per_minute]", "600")
+    console.fill("#rate-limit-form [name=rl-weight]", "2")
+    console.click("#rate-limit-form button[type=submit]")
+    assert "Rate limit for the whole tenant set." in console.locator(".flash").inner_text()
+    console.select_option("#rate-limit-form [name=rl-api_key]", str(key.pk))
+    console.fill("#rate-limit-form [name=rl-requests_per_minute]", "5")
+    console.click("#rate-limit-form button[type=submit]")
+    assert "Rate limit for key checkout set." in console.locator(".flash").inner_text()
+    table = console.locator("#rate-limits-table").inner_text()
+    assert "the whole tenant" in table and "key checkout" in table
+    assert RateLimit.objects.filter(tenant__slug="shop").count() == 2
     console.check()
 
     console.go("/t/shop/caches/new/")
@@ -110,15 +170,42 @@ def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser(console) 
     console.wait_for_url(re.compile(r".*/t/shop/caches/[0-9a-f-]+/$"))
     assert console.locator("#cache-state").inner_text() in ("pending", "creating")
     console.check()
+
+    # Its traffic, live: the OpenAI SDK with the key the browser created.
+    console.go("/t/shop/")
+    console.wait_for_selector("#live-status.on", timeout=15_000)
+    console.check()
+    assert console.locator("#tile-spent").inner_text() == "$0.00"
+    client = openai.OpenAI(base_url=f"{console.base}/v1", api_key=secret, max_retries=0)
+    prompt = "Which of our plans includes priority support? " * 10
+    for _ in range(5):
+        raw = client.chat.completions.with_raw_response.create(
+            model=REF_MODEL, max_tokens=2, messages=[{"role": "user", "content": prompt}]
+        )
+        assert raw.headers["x-ratelimit-limit-requests"] == "5"  # the key's, the tightest
+    with pytest.raises(openai.RateLimitError):  # the sixth in the minute: the browser's limit
+        client.chat.completions.create(
+            model=REF_MODEL, max_tokens=2, messages=[{"role": "user", "content": prompt}]
+        )
+    console.wait_until("Number(document.getElementById('tile-live-requests').textContent) >= 5")
+    _book_usage()  # the page hears "usage.booked" and re-reads its ledger-backed tiles
+    console.wait_until("window.__cacheplaneLastEvent.event === 'usage.booked'")
+    console.wait_until("document.getElementById('tile-spent').textContent !== '$0.00'")
+    console.check()
     shop = Tenant.objects.get(slug="shop")
     assert {
         "tenants.policy.set",
         "tenants.service_account.create",
         "tenants.api_key.create",
         "billing.budget.create",
+        "gateway.rate_limit.create",
         "caches.cache.create",
     } <= _actions(tenant=shop, outcome="success", auth_method="session")
-    assert {"tenants.tenant.create", "tenants.principal.create"} <= _actions(outcome="success")
+    assert {
+        "tenants.tenant.create",
+        "tenants.principal.create",
+        "billing.pool_price.create",
+    } <= _actions(outcome="success")
 
 
 def test_bad_input_is_shown_next_to_its_field_and_nothing_is_written(console) -> None:
@@ -267,6 +354,7 @@ def test_a_viewer_sees_no_forms_and_its_posts_are_refused_and_audited(console) -
         ("/t/acme/access/", "#policy-form"),
         ("/t/acme/keys/", "#key-form"),
         ("/t/acme/budgets/", "#budget-form"),
+        ("/t/acme/budgets/", "#rate-limit-form"),
     ):
         console.go(path)
         assert console.locator(form).count() == 0, path
@@ -280,10 +368,113 @@ def test_a_viewer_sees_no_forms_and_its_posts_are_refused_and_audited(console) -
         const body = new URLSearchParams({name: 'sneaky', csrfmiddlewaretoken: csrf});
         return (await fetch('/t/acme/keys/new', {method: 'POST', body})).status; }""")
     assert status == 403
+    status = console.evaluate("""async () => {
+        const csrf = document.cookie.match(/csrftoken=([^;]+)/)[1];
+        const body = new URLSearchParams(
+            {'rl-requests_per_minute': '1', csrfmiddlewaretoken: csrf});
+        return (await fetch('/t/acme/rate-limits/new', {method: 'POST', body})).status; }""")
+    assert status == 403
     assert AuditEvent.objects.filter(tenant=tenant, outcome="denied").exists()
+    from gateway.models import RateLimit
     from tenants.models import ApiKey
 
+    assert not RateLimit.objects.filter(tenant=tenant).exists()
+
     assert not ApiKey.objects.all_tenants().filter(name="sneaky").exists()
+
+
+def test_a_billing_admin_edits_and_removes_rate_limits_with_errors_by_their_field(
+    console,
+) -> None:
+    from gateway.models import RateLimit
+    from gateway.services import rate_limit_create
+    from tests.factories import TenantFactory, actor_for
+
+    tenant = TenantFactory(slug="acme")
+    billing = _user("acme-billing", "tenant.billingAdmin", tenant)
+    limit = rate_limit_create(
+        tenant=tenant,
+        actor=actor_for(billing),
+        api_key_id=None,
+        values={"requests_per_minute": 100},
+    )
+    console.login("acme-billing")
+    console.go("/t/acme/budgets/")
+    console.check()
+    # Past the browser's own check (min=1), the server's: next to the field, a 400.
+    console.evaluate(
+        "document.querySelectorAll('#rate-limit-form input').forEach(i => i.removeAttribute('min'))"
+    )
+    console.fill("#rate-limit-form [name=rl-tokens_per_minute]", "-5")
+    with console.expect_response(lambda r: r.url.endswith("/rate-limits/new")) as info:
+        console.click("#rate-limit-form button[type=submit]")
+    assert info.value.status == 400
+    field = "#rate-limit-form .field.has-error:has([name=rl-tokens_per_minute]) .field-error"
+    assert "greater than or equal to 1" in console.locator(field).inner_text()
+    assert RateLimit.objects.filter(tenant=tenant).count() == 1
+    console.fill("#rate-limit-form [name=rl-tokens_per_minute]", "")
+    console.fill("#rate-limit-form [name=rl-requests_per_minute]", "10")
+    with console.expect_response(lambda r: r.url.endswith("/rate-limits/new")) as info:
+        console.click("#rate-limit-form button[type=submit]")
+    assert info.value.status == 400  # the tenant already has its limit: rate_limit_exists
+    scope = "#rate-limit-form .field.has-error:has([name=rl-api_key]) .field-error"
+    assert "rate_limit_exists" in console.locator(scope).inner_text()
+    assert RateLimit.objects.filter(tenant=tenant).count() == 1
+    console.errors.clear()  # the 400 itself
+    console.check()
+    edit = console.locator(f"[data-rate-limit-edit='{limit.pk}']")
+    edit.locator("summary").click()
+    prefix = f"rl{limit.pk.hex[:8]}"
+    edit.locator(f"[name={prefix}-requests_per_minute]").fill("")
+    edit.locator(f"[name={prefix}-concurrent_requests]").fill("8")
+    edit.locator("button", has_text="Save limit").click()
+    assert "saved" in console.locator(".flash").inner_text()
+    limit.refresh_from_db()
+    assert (limit.requests_per_minute, limit.concurrent_requests) == (None, 8)
+    row = console.locator(f"tr[data-rate-limit='{limit.pk}']").inner_text()
+    assert "unlimited" in row and "8" in row
+    console.locator(f"[data-rate-limit-edit='{limit.pk}'] summary").click()
+    console.locator(f"[data-rate-limit-edit='{limit.pk}'] button", has_text="Remove").click()
+    assert "unlimited" in console.locator(".flash").inner_text()
+    assert not RateLimit.objects.filter(tenant=tenant).exists()
+    console.check()
+    assert {
+        "gateway.rate_limit.update",
+        "gateway.rate_limit.delete",
+    } <= _actions(tenant=tenant, outcome="success", auth_method="session")
+
+
+def test_the_workers_page_draws_stored_kv_pressure_by_range_with_the_85_percent_line(
+    console,
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from workers.kv_pressure import worker_kv_sample_record
+
+    now = timezone.now()
+    for minutes_ago, usage in ((50, 0.3), (20, 0.92), (3, 0.6)):
+        worker_kv_sample_record(
+            usage={"gpu-1": usage, "gpu-2": usage / 2}, at=now - timedelta(minutes=minutes_ago)
+        )
+    worker_kv_sample_record(usage={"gpu-1": 0.7}, at=now - timedelta(hours=20))
+    _platform_admin()
+    console.login("ops")
+    console.go("/platform/workers/")
+    chart = "window.Chart.getChart('kv-chart')"
+    console.wait_until(f"{chart} && {chart}.data.datasets.length === 3")
+    labels = console.evaluate(f"{chart}.data.datasets.map(d => d.label)")
+    assert labels == ["gpu-1", "gpu-2", "85 % (eviction pressure)"]
+    peaks = console.evaluate(f"{chart}.data.datasets[0].data.map(p => p.y).filter(v => v !== null)")
+    assert sorted(peaks) == [0.3, 0.6, 0.92]  # stored, so there before any live snapshot
+    console.check()
+    console.click("[data-kv-range='24h']")
+    console.wait_until(
+        f"{chart}.options.scales.x.time.unit === 'hour' && "
+        f"{chart}.data.datasets[0].data.some(p => p.y === 0.7)"
+    )
+    assert console.evaluate(f"{chart}.data.datasets[2].data.map(p => p.y)") == [0.85, 0.85]
 
 
 def test_platform_prices_and_workers_are_managed_from_the_browser(console) -> None:
@@ -308,8 +499,8 @@ def test_platform_prices_and_workers_are_managed_from_the_browser(console) -> No
     console.click(f"{form} button[type=submit]")
     price = ModelPrice.objects.get(model="gemini-2.5-flash")
     console.click(f"tr[data-price='{price.pk}'] a")
-    console.fill("#correct-form [name=output_per_mtok]", "2.00")
-    console.fill("#correct-form [name=note]", "typo in output rate")
+    console.fill("#correct-form [name=fix-output_per_mtok]", "2.00")
+    console.fill("#correct-form [name=fix-note]", "typo in output rate")
     console.click("#correct-form button[type=submit]")
     assert "corrected" in console.locator(".flash").inner_text()
     assert ModelPrice.objects.filter(model="gemini-2.5-flash").count() == 2
@@ -398,7 +589,6 @@ def test_script_payloads_in_every_free_text_field_never_run(console) -> None:
 
 def test_gateway_traffic_moves_hit_rate_and_spend_live(console, ref_workers, tenant_keys) -> None:
     from billing.services.prices import pool_price_create
-    from billing.services.usage import usage_flush
     from tests.factories import actor_for
 
     pool_price_create(
@@ -438,12 +628,14 @@ def test_gateway_traffic_moves_hit_rate_and_spend_live(console, ref_workers, ten
     console.wait_until("window.Chart && window.Chart.getChart('hit-chart')")
     assert all(n >= 1 for n in console.evaluate(series))
     assert console.evaluate("window.Chart.getChart('hit-chart').options.scales.x.type") == "time"
-    usage_flush()
+    console.wait_for_selector("#live-status.on", timeout=15_000)
+    assert console.locator("#tile-spent").inner_text() == "$0.00"  # not booked yet
+    _book_usage()
     console.click("[data-range='1h']")
     console.wait_until(
         "window.Chart.getChart('hit-chart').data.datasets[2].data.some(p => p.y > 0)"
     )
-    console.reload()  # the spend tile shows what the ledger booked
+    # No reload: the flush's "usage.booked" event makes the page re-read the ledger.
     console.wait_until("document.getElementById('tile-spent').textContent !== '$0.00'")
     console.check()
 

@@ -6,6 +6,7 @@ import pytest
 
 from billing.models import Budget
 from caches.models import CacheObject
+from gateway.models import RateLimit
 from tenants.models import ApiKey, Principal, RoleBinding, Tenant
 
 pytestmark = pytest.mark.django_db
@@ -19,6 +20,7 @@ def _counts() -> tuple[int, ...]:
         ApiKey.objects.all_tenants().count(),
         Budget.objects.all_tenants().count(),
         CacheObject.objects.all_tenants().count(),
+        RateLimit.objects.all_tenants().count(),
     )
 
 
@@ -33,6 +35,7 @@ def test_demo_seed_gives_each_demo_tenant_people_a_key_a_budget_and_a_cache(
         tenant = Tenant.objects.get(slug=slug)
         assert RoleBinding.objects.filter(tenant=tenant, role__name="tenant.admin").exists()
         assert Budget.objects.all_tenants().filter(tenant=tenant).exists()
+        assert RateLimit.objects.filter(tenant=tenant, api_key__isnull=True).exists()
         assert CacheObject.objects.all_tenants().filter(tenant=tenant, provider="vertex").exists()
         assert api_key_authenticate(seed.keys[slug]).tenant.pk == tenant.pk
     assert (tmp_path / "demo-keys.json").stat().st_mode & 0o077 == 0
@@ -40,3 +43,35 @@ def test_demo_seed_gives_each_demo_tenant_people_a_key_a_budget_and_a_cache(
     again = demo_seed(data_dir=tmp_path, password="demo-password-123", worker_model=None)
     assert _counts() == first  # run twice: nothing new
     assert again.keys == seed.keys
+
+
+def test_a_demo_cache_that_failed_is_created_again(platform_admin, tmp_path) -> None:
+    from caches.models import CacheState
+    from frontend.demo import demo_caches_settle, demo_seed
+
+    demo_seed(data_dir=tmp_path, password="demo-password-123", worker_model=None)
+    caches = CacheObject.objects.all_tenants().filter(name="playbook-vertex")
+    caches.update(state=CacheState.FAILED)  # as when the emulator was not up yet
+    seen = demo_caches_settle(worker_model=None, timeout=0)
+    assert seen["acme-legal/playbook-vertex"] == "failed"
+    fresh = caches.filter(state=CacheState.PENDING)
+    assert fresh.count() == 2  # one new creation per demo tenant, through the service
+    assert demo_caches_settle(worker_model=None, timeout=0) == {
+        "acme-legal/playbook-vertex": "pending",
+        "globex-support/playbook-vertex": "pending",
+    }  # pending: followed, not created a third time
+    assert caches.count() == 4
+
+
+def test_demo_traffic_goes_through_the_demo_caches_on_both_providers_with_a_plain_fallback():
+    from frontend.demo import VERTEX_DEMO_MODEL, _demo_request
+
+    shapes = [_demo_request(n, "acme-legal", "cacheplane/ref-tiny") for n in range(4)]
+    assert [c["cache"] for c, _ in shapes] == ["playbook-vllm"] * 3 + ["playbook-vertex"]
+    assert shapes[3][0]["model"] == VERTEX_DEMO_MODEL
+    for cached, plain in shapes:
+        # A cache carries the prefix (a system message beside a Vertex cache is refused);
+        # the fallback sends the same prefix as a system message.
+        assert [m["role"] for m in cached["messages"]] == ["user"]
+        assert [m["role"] for m in plain["messages"]] == ["system", "user"]
+        assert "cache" not in plain and plain["model"] == cached["model"]

@@ -8,7 +8,13 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from frontend.demo import demo_seed, demo_traffic, demo_traffic_start
+from frontend.demo import (
+    demo_caches_settle,
+    demo_caches_settle_start,
+    demo_seed,
+    demo_traffic,
+    demo_traffic_start,
+)
 
 
 class Command(BaseCommand):
@@ -41,6 +47,11 @@ class Command(BaseCommand):
         if not os.environ.get("CACHEPLANE_DEMO_PASSWORD"):
             self.stdout.write(f"Demo people's password (new accounts only): {password}")
         self.stdout.write(f"Demo keys in {data_dir / 'demo-keys.json'} (mode 0600).")
+        if options["background"]:
+            demo_caches_settle_start(worker_model=served)  # re-creates a failed demo cache
+        else:
+            for label, state in demo_caches_settle(worker_model=served, timeout=60).items():
+                self.stdout.write(f"Demo cache {label}: {state}")
         if options["requests"] > 0 and options["background"]:
             demo_traffic_start(
                 base_url=options["url"],

@@ -26,6 +26,13 @@
   }
   function setText(id, text) { const el = document.getElementById(id); if (el) el.textContent = text; }
   function usd(v) { const n = Number(v || 0); return "$" + n.toFixed(n !== 0 && Math.abs(n) < 1 ? 4 : 2); }
+  function money(v) {  // axis ticks: "$0.00012", "$1.5", never "1.2E-4"
+    const n = Number(v || 0);
+    if (n === 0) return "$0";
+    if (Math.abs(n) >= 1) return "$" + n.toFixed(2);
+    const digits = Math.min(10, Math.max(2, 1 - Math.floor(Math.log10(Math.abs(n)))));
+    return "$" + n.toFixed(digits);
+  }
   function pct(v) { return v === null || v === undefined ? "—" : Math.round(v * 100) + " %"; }
   async function getJSON(url) {
     const r = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
@@ -103,7 +110,7 @@
   // --- Charts ------------------------------------------------------------------------
   const COLORS = { available: "#627d98", routed: "#b7791f", delivered: "#147d64", spend: "#2680c2", saved: "#27ab83" };
   function timeScale(unit) {
-    return { type: "time", time: { unit: unit, tooltipFormat: "yyyy-MM-dd HH:mm:ss" }, ticks: { maxRotation: 0, autoSkip: true } };
+    return { type: "time", time: { unit: unit, tooltipFormat: "yyyy-MM-dd HH:mm:ss", displayFormats: { minute: "HH:mm", hour: "HH:mm", day: "MMM d" } }, ticks: { maxRotation: 0, autoSkip: true, maxTicksLimit: 10 } };
   }
   function buildCharts() {
     const canvas = document.getElementById("hit-chart");
@@ -111,9 +118,9 @@
     state.chart = new window.Chart(canvas, {
       type: "line",
       data: { datasets: [
-        { label: "available", data: [], borderColor: COLORS.available, backgroundColor: COLORS.available, spanGaps: false, pointRadius: 0 },
-        { label: "routed", data: [], borderColor: COLORS.routed, backgroundColor: COLORS.routed, spanGaps: false, pointRadius: 0 },
-        { label: "delivered", data: [], borderColor: COLORS.delivered, backgroundColor: COLORS.delivered, spanGaps: false, pointRadius: 1 },
+        { label: "available", data: [], borderColor: COLORS.available, backgroundColor: COLORS.available, spanGaps: false, pointRadius: 1.5 },
+        { label: "routed", data: [], borderColor: COLORS.routed, backgroundColor: COLORS.routed, spanGaps: false, pointRadius: 1.5 },
+        { label: "delivered", data: [], borderColor: COLORS.delivered, backgroundColor: COLORS.delivered, spanGaps: false, pointRadius: 1.5 },
       ] },
       options: { animation: false, maintainAspectRatio: false, parsing: false,
         scales: { x: timeScale("minute"), y: { min: 0, max: 1, title: { display: true, text: "share of prompt tokens" }, ticks: { callback: (v) => Math.round(v * 100) + "%" } } },
@@ -124,15 +131,25 @@
       state.spendChart = new window.Chart(spend, {
         type: "bar",
         data: { datasets: [
-          { label: "spend ($)", data: [], backgroundColor: COLORS.spend },
-          { label: "saved by caching ($)", data: [], backgroundColor: COLORS.saved },
+          { label: "spend ($)", data: [], backgroundColor: COLORS.spend, maxBarThickness: 14 },
+          { label: "saved by caching ($)", data: [], backgroundColor: COLORS.saved, maxBarThickness: 14 },
         ] },
         options: { animation: false, maintainAspectRatio: false, parsing: false,
-          scales: { x: { ...timeScale("minute"), stacked: false }, y: { beginAtZero: true, title: { display: true, text: "USD per bucket" } } } },
+          scales: { x: { ...timeScale("minute"), stacked: false },
+                    y: { beginAtZero: true, title: { display: true, text: "USD per bucket" }, ticks: { callback: (v) => money(v) } } } },
       });
     }
     document.querySelectorAll("[data-range]").forEach((b) => b.addEventListener("click", () => selectRange(b.dataset.range)));
-    selectRange("live");
+    openingRange().then(selectRange);
+  }
+  // Live when this browser holds live points; else the last hour if it had traffic (a
+  // first visit then shows history instead of an empty live chart).
+  async function openingRange() {
+    if (livePoints().length || !page.dataset.seriesUrl) return "live";
+    try {
+      const data = await getJSON(page.dataset.seriesUrl + "?range=1h");
+      return data.points.some((p) => p.requests > 0) ? "1h" : "live";
+    } catch (e) { return "live"; }
   }
   function liveKey() { return "cp.live." + (page.dataset.ws || kind); }
   function livePoints() { return stored(liveKey(), LIVE_KEEP_MS); }
@@ -183,31 +200,60 @@
     if (state.chart && state.range === "live") drawLive();
   }
 
-  // KV memory pressure per worker over time (from live snapshots), with the 85 % line.
+  // KV memory pressure per worker over time, with the 85 % line: 1 h / 24 h / 7 d from the
+  // stored per-minute samples (the server's kv-series), Live from the probe snapshots.
+  state.kvRange = "1h";
   function kvPush(workers) {
     const key = "cp.kv";
     const pts = stored(key, KV_KEEP_MS);
     const t = Date.now();
     workers.forEach((w) => { if (w.kv_usage !== null && w.kv_usage !== undefined) pts.push({ t, w: w.name, v: w.kv_usage }); });
     store(key, pts.slice(-3000));
-    drawKv(pts);
+    if (state.kvRange === "live") drawKv(kvLiveSeries(pts), "minute");
+    else if (Date.now() - (state.kvFetched || 0) > 30000) selectKvRange(state.kvRange);
   }
-  function drawKv(pts) {
+  function kvLiveSeries(pts) {
+    const names = [...new Set(pts.map((p) => p.w))].sort();
+    return names.map((n) => ({ name: n, data: pts.filter((p) => p.w === n).map((p) => ({ x: p.t, y: p.v })) }));
+  }
+  async function selectKvRange(range) {
+    state.kvRange = range;
+    document.querySelectorAll("[data-kv-range]").forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.kvRange === range)));
+    if (range === "live") { drawKv(kvLiveSeries(stored("cp.kv", KV_KEEP_MS)), "minute"); return; }
+    if (!page.dataset.kvSeriesUrl) return;
+    state.kvFetched = Date.now();
+    try {
+      const data = await getJSON(page.dataset.kvSeriesUrl + "?range=" + range);
+      if (state.kvRange !== range) return;
+      const series = Object.keys(data.workers).sort().map((n) => ({ name: n,
+        data: data.workers[n].map((p) => ({ x: Date.parse(p.at), y: p.max })) }));
+      const start = Date.now() - (range === "1h" ? 3600e3 : range === "24h" ? 86400e3 : 7 * 86400e3);
+      drawKv(series, range === "1h" ? "minute" : range === "24h" ? "hour" : "day", [start, Date.now()]);
+    } catch (e) { toast("Could not load the KV history.", true); }
+  }
+  function drawKv(series, unit, span) {
     const canvas = document.getElementById("kv-chart");
     if (!canvas || !window.Chart) return;
-    const names = [...new Set(pts.map((p) => p.w))].sort();
     const palette = ["#2680c2", "#147d64", "#b7791f", "#9446ed", "#c2255c", "#486581"];
-    const datasets = names.map((n, i) => ({ label: n, data: pts.filter((p) => p.w === n).map((p) => ({ x: p.t, y: p.v })),
-      borderColor: palette[i % palette.length], backgroundColor: palette[i % palette.length], pointRadius: 0 }));
-    const xs = pts.map((p) => p.t);
-    const span = xs.length ? [Math.min(...xs), Math.max(...xs, Math.min(...xs) + 1000)] : [Date.now() - 60000, Date.now()];
+    const datasets = series.map((s, i) => ({ label: s.name, data: s.data, spanGaps: false,
+      borderColor: palette[i % palette.length], backgroundColor: palette[i % palette.length], pointRadius: s.data.length < 60 ? 2 : 0 }));
+    if (!span) {
+      const xs = series.flatMap((s) => s.data.map((p) => p.x));
+      span = xs.length ? [Math.min(...xs), Math.max(...xs, Math.min(...xs) + 60000)] : [Date.now() - 60000, Date.now()];
+    }
     datasets.push({ label: "85 % (eviction pressure)", data: [{ x: span[0], y: 0.85 }, { x: span[1], y: 0.85 }],
       borderColor: "#d64545", borderDash: [6, 4], pointRadius: 0, backgroundColor: "#d64545" });
     if (!state.kvChart) {
       state.kvChart = new window.Chart(canvas, { type: "line", data: { datasets },
         options: { animation: false, maintainAspectRatio: false, parsing: false,
-          scales: { x: timeScale("minute"), y: { min: 0, max: 1, ticks: { callback: (v) => Math.round(v * 100) + "%" } } } } });
-    } else { state.kvChart.data.datasets = datasets; state.kvChart.update("none"); }
+          scales: { x: { ...timeScale(unit), min: span[0], max: span[1] },
+                    y: { min: 0, max: 1, title: { display: true, text: "KV cache used" }, ticks: { callback: (v) => Math.round(v * 100) + "%" } } } } });
+    } else {
+      state.kvChart.data.datasets = datasets;
+      state.kvChart.options.scales.x.time.unit = unit;
+      state.kvChart.options.scales.x.min = span[0]; state.kvChart.options.scales.x.max = span[1];
+      state.kvChart.update("none");
+    }
   }
 
   // --- Renderers ---------------------------------------------------------------------
@@ -219,6 +265,12 @@
       setText("tile-hit-rate", pct(s.spend.hit_ratio));
       const asOf = document.getElementById("spend-as-of");
       if (asOf) asOf.replaceChildren(timeEl(s.generated_at));
+      (s.spend.budgets || []).forEach((b) => {  // the same ledger figure as the tile
+        const row = document.querySelector(`.budget[data-budget="${CSS.escape(b.id)}"]`);
+        if (!row) return;
+        row.querySelector(".budget-spent").textContent = usd(b.spent_usd);
+        row.querySelector("meter").value = b.limit_usd ? Math.min(1, b.spent_usd / b.limit_usd) : 0;
+      });
     }
     if (s.caches) {
       const body = document.querySelector("#caches-table tbody");
@@ -254,7 +306,23 @@
   function renderPlatform(s) {
     setText("tile-tenants", s.tenants_total);
     setText("tile-hit-rate", pct(s.fleet_hit_rate));
+    if (s.top) { renderTop("top-spend", s.top.by_spend, "spend_usd"); renderTop("top-savings", s.top.by_savings, "saved_usd"); }
+    (s.tenants || []).forEach((t) => {  // month spend per tenant, as the ledger booked it
+      const cell = document.querySelector(`#tenants-table tr[data-slug="${CSS.escape(t.slug)}"] td.spend`);
+      if (cell) { cell.textContent = usd(t.month_spend_usd); cell.dataset.sort = t.month_spend_usd; }
+    });
     renderWorkers(s.workers || []);
+  }
+  function renderTop(id, rows, field) {
+    const body = document.querySelector(`#${id} tbody`);
+    if (!body || !rows.length) return;
+    body.replaceChildren(...rows.map((t) => {
+      const tr = document.createElement("tr");
+      const name = document.createElement("td"), value = document.createElement("td");
+      const a = document.createElement("a"); a.href = `/t/${encodeURIComponent(t.slug)}/`; a.textContent = t.name;
+      name.appendChild(a); value.textContent = usd(t[field]); value.dataset.sort = t[field];
+      tr.append(name, value); return tr;
+    }));
   }
   function renderWorkers(workers) {
     const body = document.querySelector("#workers-table tbody");
@@ -319,6 +387,9 @@
       setText("tile-spend-rate", usd((p.cost_micros || 0) / 1e6));
       pushTick(p);
       if (kind === "tenant") scheduleRefetch();
+    } else if (msg.event === "usage.booked") {
+      // The ledger booked this tenant's requests: re-read the ledger-backed tiles now.
+      if (kind === "tenant" || kind === "platform") scheduleRefetch(300);
     } else if (msg.event === "caches.cache.state") {
       if (kind === "cache" && p.id === page.dataset.cache) { refetch(); toast(`${p.name}: ${p.state}`); }
       if (kind === "tenant") refetch();
@@ -336,9 +407,9 @@
     }
   }
   let refetchTimer = null;
-  function scheduleRefetch() {  // coalesce: at most one REST refresh per 2 s of ticks
+  function scheduleRefetch(delay) {  // coalesce: at most one REST refresh per 2 s of ticks
     if (refetchTimer) return;
-    refetchTimer = setTimeout(() => { refetchTimer = null; refetch(); }, 2000);
+    refetchTimer = setTimeout(() => { refetchTimer = null; refetch(); }, delay || 2000);
   }
   function connect(attempt) {
     if (!page || !page.dataset.ws) return;
@@ -475,7 +546,11 @@
   window.addEventListener("load", () => {
     tickCountdowns();
     buildCharts();
-    if (kind === "workers" && initial) kvPush(initial.workers || []);
+    if (kind === "workers") {
+      document.querySelectorAll("[data-kv-range]").forEach((b) => b.addEventListener("click", () => selectKvRange(b.dataset.kvRange)));
+      if (initial) kvPush(initial.workers || []);
+      if (!state.kvFetched) selectKvRange("1h");
+    }
     connect(0);
   });
 })();
