@@ -364,7 +364,7 @@ async def _send(
     )
 
 
-async def _post_fresh(url: str, body: dict, headers: dict) -> httpx.Response:
+async def _post_fresh(url: str, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
     """POST on a new connection of its own (closed with the response): the retry."""
     transport = httpx.AsyncHTTPTransport(
         limits=httpx.Limits(max_connections=1, max_keepalive_connections=0)
