@@ -68,3 +68,15 @@ def platform_actor(platform_admin):
 def _fast_password_hashing(settings):
     """Factories hash passwords; PBKDF2 would dominate these tests' run time."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def celery_eager():
+    """Run ``.delay()`` inline, as a worker would (the broker is the network boundary)."""
+    from controlplane.celery import app
+
+    previous = (app.conf.task_always_eager, app.conf.task_eager_propagates)
+    app.conf.task_always_eager = True
+    app.conf.task_eager_propagates = True
+    yield app
+    app.conf.task_always_eager, app.conf.task_eager_propagates = previous
