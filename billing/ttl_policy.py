@@ -359,7 +359,16 @@ def autopilot_decide(
     if near and wanted > expire_at:
         # Refreshes stop near the limit; only a shortening is still applied.
         return AutopilotDecision(EXPIRE, expire_at, k, False, None, "near budget: no refresh")
-    if abs(target - expire_at) <= slack_seconds:
+    # On target when the wanted expiry is the current one, or when the only move would
+    # be a shortening the provider's minimum TTL does not allow. (Comparing ``target``
+    # instead extended every cache by up to ``min_ttl - review_lead`` at the review
+    # before its expiry: storage the rule never asked for, at the end of every burst.)
+    on_target = abs(wanted - expire_at) <= slack_seconds or (
+        wanted < expire_at and target >= expire_at - slack_seconds
+    )
+    if on_target:
+        if expire_at - now <= review_lead_seconds:
+            return AutopilotDecision(EXPIRE, expire_at, k, not near, None, "on target: runs out")
         return AutopilotDecision(
             KEEP, expire_at, k, not near, max(expire_at - review_lead_seconds, now), "on target"
         )
