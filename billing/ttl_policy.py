@@ -205,6 +205,7 @@ def pin_allowed(
 #
 #     cost(k) / storage-rate = sum_i w_i * (g_i if g_i < k else k + G*)
 #
+# (each gap smoothed over ``GAP_SPREAD``, so one unlucky sample does not set ``k``)
 # (the constant hit price cancels). The minimum is at ``k = 0`` or just above one of the
 # observed gaps, so the search is exact over a few dozen candidates. With no history
 # yet it uses ``k = G*`` (the rent-or-buy rule, never worse than twice the optimum). A
@@ -219,6 +220,7 @@ def pin_allowed(
 
 GAP_MEMORY = 48
 GAP_DECAY = 0.97  # weight of a gap one observation older (effective memory ~33 gaps)
+GAP_SPREAD = (0.5, 0.75, 1.0, 1.5, 2.0)  # lengths each observed gap stands for (× the gap)
 MIN_HISTORY = 2
 NEAR_BUDGET = Decimal("0.9")
 OVER_BUDGET = Decimal("1.0")
@@ -267,7 +269,14 @@ def keep_alive_seconds(*, gaps: tuple[float, ...], breakeven_gap: float) -> floa
     if math.isinf(breakeven_gap):
         return max(gaps) * 2
     n = len(gaps)
-    weighted = sorted((g, GAP_DECAY ** (n - 1 - i)) for i, g in enumerate(gaps))
+    # Each observed gap stands for a spread of lengths around it (a kernel estimate of
+    # the gap distribution, ``GAP_SPREAD``): on the raw sample the sweep puts ``k`` just
+    # past the longest gap seen, and the first slightly longer one is a miss.
+    weighted = sorted(
+        (g * spread, GAP_DECAY ** (n - 1 - i) / len(GAP_SPREAD))
+        for i, g in enumerate(gaps)
+        for spread in GAP_SPREAD
+    )
     total = sum(w for _, w in weighted)
     # Sweep k upwards through the sorted gaps: below k a gap costs its length, above it
     # costs k + G*. cost(k) = covered + (k + G*) * uncovered_weight.

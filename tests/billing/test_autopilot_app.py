@@ -81,12 +81,13 @@ def test_the_scheduler_sets_the_expiry_to_the_last_query_plus_the_learned_keep_a
     cache = _cache(tenant_a, now=now)
     # Sessions: quick follow-ups 100 s apart, long pauses of 5,000 s between them. For
     # 100k tokens on 2.5 Pro the break-even gap is (1.25 - 0.125) / 4.50 h = 900 s, so
-    # the learned keep-alive bridges the 100 s gaps only: k = 100 × 1.05 + 1 = 106 s.
+    # the learned keep-alive bridges the 100 s gaps only, each smoothed over 50-200 s
+    # (GAP_SPREAD): k = 200 × 1.05 + 1 = 211 s.
     _profile(cache, now=now, gaps=[100.0, 5_000.0] * 10)
     assert cache_enqueue_due_refreshes(now=now) == 1
     (operation,) = _refreshes(cache)
-    # last query 10 s ago + 106 s = 96 s from now (the 1-hour TTL it had is cut short).
-    assert operation.params["ttl_seconds"] == 96
+    # last query 10 s ago + 211 s = 201 s from now (the 1-hour TTL it had is cut short).
+    assert operation.params["ttl_seconds"] == 201
     assert operation.params["reason"].startswith("autopilot: shorten")
     cache.refresh_from_db()
     assert cache.next_refresh_at is None
@@ -99,13 +100,13 @@ def test_a_cache_on_target_is_left_alone_and_reviewed_before_its_expiry(
     tenant_a, price_book
 ) -> None:
     now = timezone.now()
-    cache = _cache(tenant_a, now=now, expire_in=96)
+    cache = _cache(tenant_a, now=now, expire_in=201)
     _profile(cache, now=now, gaps=[100.0, 5_000.0] * 10)
     cache_enqueue_due_refreshes(now=now)
     cache.refresh_from_db()
     assert _refreshes(cache) == []
     review = cache.next_refresh_at - now
-    assert timedelta(seconds=65) <= review <= timedelta(seconds=67)  # expiry - 30 s
+    assert timedelta(seconds=170) <= review <= timedelta(seconds=172)  # expiry - 30 s
 
 
 def test_near_a_budget_limit_ttls_shorten_refreshes_stop_and_new_pins_are_refused(
