@@ -180,6 +180,20 @@ def test_the_autopilot_refuses_new_pins_near_a_budget_and_drops_caches_over_it()
     assert over.action == EXPIRE and over.expire_at == 1_060.0
 
 
+def test_a_cache_on_target_runs_out_at_its_last_review_instead_of_being_stretched() -> None:
+    from billing.ttl_policy import EXPIRE, ReuseHistory, autopilot_decide
+
+    # Gaps of 100 s and 5,000 s: k = 211 s; last query at 1,000 s, so the cache is on
+    # target expiring at 1,211 s. At the review 30 s before (1,181 s) the provider's 60 s
+    # minimum TTL would stretch it to 1,241 s: 30 s of storage nobody asked for.
+    history = ReuseHistory((100.0, 5_000.0) * 10, 1_000.0)
+    last = autopilot_decide(history=history, economics=PRO, now=1_181.0, expire_at=1_211.0)
+    assert (last.action, last.expire_at, last.next_review_at) == (EXPIRE, 1_211.0, None)
+    # Earlier it is kept as it is and looked at again 30 s before it expires.
+    early = autopilot_decide(history=history, economics=PRO, now=1_010.0, expire_at=1_211.0)
+    assert (early.action, early.next_review_at) == ("keep", 1_181.0)
+
+
 def test_the_benchmark_runs_the_apps_decision_function_and_beats_the_breakeven_rule() -> None:
     import importlib.util
     import sys
