@@ -1,6 +1,10 @@
 """Benchmark: the economic TTL autopilot, run as the app runs it, against the hindsight optimum.
 
-    .venv/bin/python bench/ttl_policy.py [--caches 240] [--days 7] [--seed 11]
+    .venv/bin/python bench/ttl_policy.py [--caches 240] [--days 7] [--seed 11[,1,2]]
+        [--generator mixed|previous]
+
+``--generator previous`` is the earlier benchmark's trace (agents, support, document Q&A);
+with several seeds each gets its table and ``economic=`` is the worst of them.
 
 The trace (seeded, one week) mixes four kinds of context, each with 5k-500k tokens
 (log-uniform) on Gemini 2.5 Pro or 2.5 Flash (prices from ``billing.pricing`` tiers: a
