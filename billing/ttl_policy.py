@@ -206,6 +206,7 @@ def pin_allowed(
 #
 #     cost(k) / storage-rate = sum_i w_i * (g_i if g_i < k else k + G*)
 #
+# (each gap smoothed over ``GAP_SPREAD``, so one unlucky sample does not set ``k``)
 # (the constant hit price cancels). The minimum is at ``k = 0`` or just above one of the
 # observed gaps, so the search is exact over a few dozen candidates. With no history
 # yet it uses ``k = G*`` (the rent-or-buy rule, never worse than twice the optimum). A
@@ -220,6 +221,7 @@ def pin_allowed(
 
 GAP_MEMORY = 48
 GAP_DECAY = 0.97  # weight of a gap one observation older (effective memory ~33 gaps)
+GAP_SPREAD = (0.5, 0.75, 1.0, 1.5, 2.0)  # lengths each observed gap stands for (× the gap)
 MIN_HISTORY = 2
 NEAR_BUDGET = Decimal("0.9")
 OVER_BUDGET = Decimal("1.0")
@@ -268,7 +270,14 @@ def keep_alive_seconds(*, gaps: tuple[float, ...], breakeven_gap: float) -> floa
     if math.isinf(breakeven_gap):
         return max(gaps) * 2
     n = len(gaps)
-    weighted = sorted((g, GAP_DECAY ** (n - 1 - i)) for i, g in enumerate(gaps))
+    # Each observed gap stands for a spread of lengths around it (a kernel estimate of
+    # the gap distribution, ``GAP_SPREAD``): on the raw sample the sweep puts ``k`` just
+    # past the longest gap seen, and the first slightly longer one is a miss.
+    weighted = sorted(
+        (g * spread, GAP_DECAY ** (n - 1 - i) / len(GAP_SPREAD))
+        for i, g in enumerate(gaps)
+        for spread in GAP_SPREAD
+    )
     total = sum(w for _, w in weighted)
     # Sweep k upwards through the sorted gaps: below k a gap costs its length, above it
     # costs k + G*. cost(k) = covered + (k + G*) * uncovered_weight.
@@ -360,7 +369,16 @@ def autopilot_decide(
     if near and wanted > expire_at:
         # Refreshes stop near the limit; only a shortening is still applied.
         return AutopilotDecision(EXPIRE, expire_at, k, False, None, "near budget: no refresh")
-    if abs(target - expire_at) <= slack_seconds:
+    # On target when the wanted expiry is the current one, or when the only move would
+    # be a shortening the provider's minimum TTL does not allow. (Comparing ``target``
+    # instead extended every cache by up to ``min_ttl - review_lead`` at the review
+    # before its expiry: storage the rule never asked for, at the end of every burst.)
+    on_target = abs(wanted - expire_at) <= slack_seconds or (
+        wanted < expire_at and target >= expire_at - slack_seconds
+    )
+    if on_target:
+        if expire_at - now <= review_lead_seconds:
+            return AutopilotDecision(EXPIRE, expire_at, k, not near, None, "on target: runs out")
         return AutopilotDecision(
             KEEP, expire_at, k, not near, max(expire_at - review_lead_seconds, now), "on target"
         )

@@ -9,7 +9,9 @@ batch.
 Keys (``P`` = ``CACHEPLANE_BUDGET_REDIS_PREFIX``, ``id`` = the ``BudgetPeriod`` id):
 
 - ``P:{id}`` hash: ``limit``, ``hard`` (``1``/``0``), ``spent`` (what PostgreSQL held when
-  the hash was loaded plus everything settled through Redis since), ``reserved`` (open
+  the hash was loaded, plus everything settled through Redis since, plus every change
+  PostgreSQL made itself since: settled storage holds and reprices, mirrored after
+  commit by ``budget_periods_live_adjust``), ``reserved`` (open
   holds), ``pg_reserved`` (holds taken in PostgreSQL: cache storage);
 - ``P:{id}:holds`` sorted set of hold ids scored by expiry (ms), ``P:{id}:amounts`` hash
   hold id → amount;
@@ -33,19 +35,24 @@ the sum of the inserted rows to ``BudgetPeriod.spent_micros``.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, Literal, cast
 
+import redis
 from django.conf import settings
 from django.db import connection, transaction
 
 from billing.models import BudgetPeriod
 from billing.services.budgets import budget_periods_applicable, budget_periods_charge
 from controlplane import ops
+
+logger = logging.getLogger(__name__)
 
 #: KEYS: per period (hash, holds, amounts). ARGV: hold id, amount, now ms, expiry ms.
 #: Returns {1} held, {2} replay (already held), {0, index, limit, spent, reserved,
@@ -109,6 +116,14 @@ for _, id in ipairs(stale) do
   redis.call('ZREM', KEYS[2], id)
 end
 return #stale
+"""
+
+#: KEYS: hash of one period. ARGV: a spend delta (may be negative). Applied only to a
+#: loaded hash: an unloaded one is seeded from PostgreSQL on its next load anyway.
+ADJUST_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], 'spent', tonumber(ARGV[1]))
+return 1
 """
 
 #: Moves up to ARGV[1] settlements into a batch list registered with its claim time.
@@ -352,6 +367,38 @@ def _book(raw: list[bytes], result: SettleFlushResult) -> None:
     result.charged_micros += sum(actual for _, actual in inserted)
 
 
+def budget_periods_live_adjust(*, deltas: dict[int, int]) -> int:
+    """Mirror spend changes made in PostgreSQL onto the loaded Redis counters.
+
+    ``spent`` in Redis is seeded once from PostgreSQL and then counts the gateway's
+    settlements itself, so a change that only PostgreSQL saw (a settled cache-storage
+    hold, a reprice's recomputation) must be added here too, or the hot path keeps the
+    old figure. Increments, not a ``SET``: settlements the gateway made meanwhile stay
+    counted. Called after commit; returns how many loaded periods moved. Redis down:
+    logged, the caller's commit stands (the hot path refuses with ``limits_unavailable``
+    until it is back).
+    """
+    moving = {pid: d for pid, d in deltas.items() if d}
+    if not moving:
+        return 0
+    try:
+        client = ops.redis_client()
+        script = client.register_script(ADJUST_SCRIPT)
+        return sum(
+            int(script(keys=[period_keys(pid)[0]], args=[delta]))
+            for pid, delta in sorted(moving.items())
+        )
+    except redis.RedisError:
+        logger.warning("budget counters not mirrored to Redis: %s", moving, exc_info=True)
+        return 0
+
+
+def budget_periods_live_adjust_on_commit(*, deltas: dict[int, int]) -> None:
+    """:func:`budget_periods_live_adjust` once the current transaction commits."""
+    if any(deltas.values()):
+        transaction.on_commit(partial(budget_periods_live_adjust, deltas=dict(deltas)))
+
+
 def budget_period_live(*, period_id: int) -> dict[str, int]:
     """The Redis counters of one period (tests, the console): spent, reserved, limit."""
     h, _, _ = period_keys(period_id)
@@ -365,6 +412,8 @@ __all__ = [
     "Refusal",
     "budget_holds_expire",
     "budget_period_live",
+    "budget_periods_live_adjust",
+    "budget_periods_live_adjust_on_commit",
     "budget_periods_load",
     "budget_settlements_flush",
 ]

@@ -320,6 +320,11 @@ def budget_settle(*, reservation: BudgetReservation, actual_micros: int) -> Budg
             return locked
         release = locked.amount_micros if locked.state == ReservationState.HELD else 0
         moved = _move(locked, release=release, spend=actual_micros)
+        # Redis counts the gateway's settlements itself; this one only PostgreSQL saw.
+        # (Imported here: budget_reservations imports this module.)
+        from billing.services.budget_reservations import budget_periods_live_adjust_on_commit
+
+        budget_periods_live_adjust_on_commit(deltas={m["period_id"]: actual_micros for m in moved})
         locked.state = ReservationState.SETTLED
         locked.actual_micros = actual_micros
         locked.finished_at = timezone.now()

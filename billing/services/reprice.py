@@ -10,7 +10,8 @@ rows); rerunning is harmless because repricing a correctly priced row changes no
 Rollup deltas are exact (nano-USD) and each touched rollup's µ$ figure is recomputed
 from its new nano total. Finally the spend counters of every budget period overlapping
 the range are recomputed from the ledger and storage (after draining the usage queue),
-so budgets, rollups, savings and the ledger agree again.
+so budgets, rollups, savings and the ledger agree again; the gateway's Redis counters
+(``billing.services.budget_reservations``) move by the same deltas.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ from billing.pricing import (
 )
 from billing.selectors.prices import PriceIndex
 from billing.selectors.usage import tenant_spend_nanos
+from billing.services.budget_reservations import (
+    budget_periods_live_adjust_on_commit,
+    budget_settlements_flush,
+)
 from billing.services.storage import _seconds, hour_floor
 from billing.services.usage import ROLLUP_LOCK, micros_sql, usage_flush
 from tenants.actor import Actor
@@ -271,14 +276,21 @@ def budget_period_recompute(*, period: BudgetPeriod) -> int:
             BudgetPeriod.objects.filter(pk=locked.pk, tenant_id=locked.tenant_id).update(
                 spent_micros=spent
             )
+            # The gateway's Redis counter moves by the same delta (after commit), so the
+            # hot path enforces the recomputed figure, not the old one.
+            budget_periods_live_adjust_on_commit(deltas={locked.pk: delta})
     return delta
 
 
 def _budget_periods_recompute(
     *, since: datetime, until: datetime | None, tenant: Tenant | None, result: RepriceResult
 ) -> None:
-    # Drain the usage queue first: a request settled on its budget but not yet flushed
-    # would otherwise drop out of the recomputed figure.
+    # Drain both queues first: a settlement the gateway made but PostgreSQL has not
+    # booked yet would be counted twice (in the ledger now, by its flush later), and a
+    # request settled on its budget but not yet in the ledger would drop out. Requests
+    # settling while the recomputation runs can still land on either side of it: run
+    # it when the tenant is quiet for figures exact to the µ$.
+    budget_settlements_flush()
     usage_flush()
     # all_tenants: repricing walks every tenant's budget periods since a date
     periods = BudgetPeriod.objects.all_tenants().filter(period_end__gt=since)

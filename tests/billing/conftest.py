@@ -62,3 +62,15 @@ def platform_actor(platform_admin):
     from tests.factories import actor_for
 
     return actor_for(platform_admin)
+
+
+@pytest.fixture
+def celery_eager():
+    """Run ``.delay()`` inline, as a worker would (the broker is the network boundary)."""
+    from controlplane.celery import app
+
+    previous = (app.conf.task_always_eager, app.conf.task_eager_propagates)
+    app.conf.task_always_eager = True
+    app.conf.task_eager_propagates = True
+    yield app
+    app.conf.task_always_eager, app.conf.task_eager_propagates = previous

@@ -81,12 +81,13 @@ def test_the_scheduler_sets_the_expiry_to_the_last_query_plus_the_learned_keep_a
     cache = _cache(tenant_a, now=now)
     # Sessions: quick follow-ups 100 s apart, long pauses of 5,000 s between them. For
     # 100k tokens on 2.5 Pro the break-even gap is (1.25 - 0.125) / 4.50 h = 900 s, so
-    # the learned keep-alive bridges the 100 s gaps only: k = 100 × 1.05 + 1 = 106 s.
+    # the learned keep-alive bridges the 100 s gaps only, each smoothed over 50-200 s
+    # (GAP_SPREAD): k = 200 × 1.05 + 1 = 211 s.
     _profile(cache, now=now, gaps=[100.0, 5_000.0] * 10)
     assert cache_enqueue_due_refreshes(now=now) == 1
     (operation,) = _refreshes(cache)
-    # last query 10 s ago + 106 s = 96 s from now (the 1-hour TTL it had is cut short).
-    assert operation.params["ttl_seconds"] == 96
+    # last query 10 s ago + 211 s = 201 s from now (the 1-hour TTL it had is cut short).
+    assert operation.params["ttl_seconds"] == 201
     assert operation.params["reason"].startswith("autopilot: shorten")
     cache.refresh_from_db()
     assert cache.next_refresh_at is None
@@ -99,13 +100,13 @@ def test_a_cache_on_target_is_left_alone_and_reviewed_before_its_expiry(
     tenant_a, price_book
 ) -> None:
     now = timezone.now()
-    cache = _cache(tenant_a, now=now, expire_in=96)
+    cache = _cache(tenant_a, now=now, expire_in=201)
     _profile(cache, now=now, gaps=[100.0, 5_000.0] * 10)
     cache_enqueue_due_refreshes(now=now)
     cache.refresh_from_db()
     assert _refreshes(cache) == []
     review = cache.next_refresh_at - now
-    assert timedelta(seconds=65) <= review <= timedelta(seconds=67)  # expiry - 30 s
+    assert timedelta(seconds=170) <= review <= timedelta(seconds=172)  # expiry - 30 s
 
 
 def test_near_a_budget_limit_ttls_shorten_refreshes_stop_and_new_pins_are_refused(
@@ -186,3 +187,68 @@ def test_storage_accrues_for_every_cache_of_a_fleet_larger_than_one_batch(
     assert (
         sorted(StorageAccrual.objects.all_tenants().values_list("cost_nanos", flat=True)) == before
     )
+
+
+def _remote_ttl_left(vertex) -> float:
+    (stored,) = vertex.stored_caches()
+    return (stored.expire_time - timezone.now()).total_seconds()
+
+
+def test_budget_coupling_end_to_end_through_the_beat_task_the_worker_and_vertex(
+    api,
+    vertex,
+    tenant_a,
+    admin_a,
+    actor,
+    price_book,
+    celery_eager,
+    django_capture_on_commit_callbacks,
+) -> None:
+    from caches.tasks import cache_schedule_refreshes_task
+    from tests.caches.conftest import big_content
+
+    api.force_login(admin_a)
+    url = f"/api/v1/tenants/{tenant_a.slug}/caches"
+    body = {
+        "name": "contracts",
+        "provider": "vertex",
+        "model": "gemini-2.5-flash",
+        "content": big_content(),
+        "ttl_seconds": 3_600,
+        "ttl_policy": "economic",
+    }
+    with django_capture_on_commit_callbacks(execute=True):  # the worker runs the create
+        created = api.post(url, body, format="json")
+    assert created.status_code == 202, created.json()
+    cache = CacheObject.objects.all_tenants().get(pk=created.json()["cache"])
+    assert cache.state == CacheState.ACTIVE and 3_590 < _remote_ttl_left(vertex) <= 3_600
+
+    def beat() -> None:
+        CacheObject.objects.all_tenants().filter(pk=cache.pk).update(next_refresh_at=timezone.now())
+        with django_capture_on_commit_callbacks(execute=True):
+            cache_schedule_refreshes_task()  # the beat entry; the refresh runs on the worker
+
+    # No budget pressure, one use known: keep the rent-or-buy gap after it. 2.5 Flash:
+    # (0.30 - 0.03) / 1.00 per hour = 0.27 h = 972 s (the 1-hour TTL is cut to it).
+    beat()
+    assert 940 < _remote_ttl_left(vertex) <= 972
+    # 95 % of a hard budget used: TTLs are capped at 5 minutes.
+    _near_budget(tenant_a, actor, percent=95)
+    beat()
+    assert 270 < _remote_ttl_left(vertex) <= 300
+    # New pins are refused before anything is sent to Vertex; nothing is held.
+    creates = len(vertex.create_requests())
+    with django_capture_on_commit_callbacks(execute=True):
+        refused = api.post(
+            url, {**body, "name": "more", "content": big_content("m")}, format="json"
+        )
+    assert refused.status_code == 402 and refused.json()["error"]["code"] == "budget_near_limit"
+    assert len(vertex.create_requests()) == creates
+    assert CacheObject.objects.all_tenants().filter(tenant=tenant_a).count() == 1
+    # Over the limit: the next review cuts the cache to the 60 s minimum.
+    BudgetPeriod.objects.all_tenants().filter(tenant=tenant_a).update(spent_micros=100 * DOLLAR)
+    beat()
+    assert 30 < _remote_ttl_left(vertex) <= 60
+    refreshes = CacheOperation.objects.all_tenants().filter(cache=cache, kind="refresh")
+    assert sorted(op.params["ttl_seconds"] for op in refreshes)[:1] == [60]
+    assert {op.status for op in refreshes} == {"succeeded"}

@@ -308,3 +308,142 @@ def test_reprice_recomputes_ledger_rollups_savings_and_budget_counters(
     # Running it again changes nothing.
     again = usage_reprice(actor=platform_actor, since=at - timedelta(hours=1))
     assert (again.rows_changed, again.budget_delta_micros) == (0, 0)
+
+
+def _gateway_reserve(periods, *, hold_id: str, amount: int):
+    """The gateway's reserve script on Redis: None when held, else the refusal."""
+    from billing.services import budget_reservations as holds
+    from controlplane import ops
+
+    keys, args = holds.reserve_args(
+        periods=periods, hold_id=hold_id, amount_micros=amount, ttl_seconds=60
+    )
+    reply = ops.redis_client().register_script(holds.RESERVE_SCRIPT)(keys=keys, args=args)
+    return holds.reserve_outcome(reply, periods)
+
+
+def _gateway_hold_and_settle(periods, *, tenant, hold_id: str, amount: int, actual: int) -> None:
+    """What the gateway does per request: the reserve and settle scripts on Redis."""
+    from billing.services import budget_reservations as holds
+    from controlplane import ops
+
+    client = ops.redis_client()
+    assert _gateway_reserve(periods, hold_id=hold_id, amount=amount) is None
+    keys, args = holds.settle_args(
+        periods=periods,
+        hold_id=hold_id,
+        tenant_id=str(tenant.pk),
+        principal_id=None,
+        amount_micros=amount,
+        actual_micros=actual,
+    )
+    assert client.register_script(holds.SETTLE_SCRIPT)(keys=keys, args=args) == 1
+
+
+def test_reprice_moves_the_gateways_redis_counters_with_the_database_and_the_ledger(
+    tenant_a, actor, price_book, usage_queue, platform_actor, django_capture_on_commit_callbacks
+) -> None:
+    from billing.services import budget_reservations as holds
+
+    limit = 1_000 * DOLLAR
+    budget = budget_create(
+        actor=actor,
+        tenant=tenant_a,
+        name="month",
+        period="month",
+        limit_micros=limit,
+        hard_limit=True,
+    )
+    now = T0.__class__.now(tz=T0.tzinfo)
+    at = now - timedelta(minutes=5)
+    periods = holds.budget_periods_load(tenant_id=str(tenant_a.pk), principal_id=None)
+    for i in range(7):
+        # 2.5 Pro, (1,001 + i) uncached × 1.25 + 9,000 cached × 0.125 + 333 out × 10 µ$;
+        # the gateway settles each at its own figure rounded to the µ$.
+        nanos = (1_001 + i) * 1_250 + 9_000 * 125 + 333 * 10_000
+        _gateway_hold_and_settle(
+            periods,
+            tenant=tenant_a,
+            hold_id=f"gw-{i}",
+            amount=100_000,
+            actual=nanos_to_micros(nanos),
+        )
+        _record(
+            tenant_a,
+            f"r{i}",
+            occurred_at=at + timedelta(seconds=i),
+            prompt_tokens=10_001 + i,
+            cached_read_tokens=9_000,
+            output_tokens=333,
+        )
+    # A cache's storage hold lives in PostgreSQL (the caches app's path): 100,003 tokens
+    # for 77 s at $4.50/M/h = 9,625.29 µ$, settled at 9,625.
+    storage = budget_reserve(
+        tenant=tenant_a,
+        principal=None,
+        estimate_micros=20_000,
+        request_id="cache:c",
+        kind="cache_storage",
+    )
+    storage_accrue(
+        tenant=tenant_a,
+        cache_id="c",
+        provider="vertex",
+        model="gemini-2.5-pro",
+        tokens=100_003,
+        start=at,
+        end=at + timedelta(seconds=77),
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        budget_settle(reservation=storage, actual_micros=9_625)
+    holds.budget_settlements_flush()
+    usage_flush()
+    period = BudgetPeriod.objects.all_tenants().get(budget=budget)
+    before = sum(
+        nanos_to_micros((1_001 + i) * 1_250 + 9_000 * 125 + 333 * 10_000) for i in range(7)
+    )
+    live = holds.budget_period_live(period_id=period.pk)
+    # Redis saw the gateway's settlements and (mirrored) the storage settle PostgreSQL made.
+    assert period.spent_micros == live["spent"] == before + 9_625
+
+    model_price_correct(
+        actor=platform_actor,
+        price=price_book[("vertex", "gemini-2.5-pro")],
+        rates={"input_per_mtok": "1.3", "storage_per_mtok_hour": "4.7"},
+        source="fix",
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        result = usage_reprice(actor=platform_actor, since=at - timedelta(hours=1))
+    assert (result.rows_changed, result.storage_rows_changed) == (7, 1)
+
+    # By hand at the corrected price: requests Σ (1,001 + i) × 1,300 + 9,000 × 125 +
+    # 333 × 10,000 n$ = 9,136,400 + 7,875,000 + 23,310,000 = 40,321,400 n$; storage
+    # 100,003 × 4.70 × 77 / 3,600 = 10,053,079 n$; total 50,374,479 n$ = 50,374 µ$.
+    ledger = UsageRecord.objects.all_tenants().filter(tenant=tenant_a)
+    raw_nanos = ledger.aggregate(n=Sum("cost_nanos"))["n"]
+    raw_storage = StorageAccrual.objects.all_tenants().aggregate(n=Sum("cost_nanos"))["n"]
+    assert (raw_nanos, raw_storage) == (40_321_400, 10_053_079)
+    spent = nanos_to_micros(raw_nanos + raw_storage)
+    assert spent == 50_374
+    period.refresh_from_db()
+    live = holds.budget_period_live(period_id=period.pk)
+    assert period.spent_micros == live["spent"] == spent
+    assert (period.reserved_micros, live["reserved"]) == (0, 0)
+    for granularity in (Granularity.MINUTE, Granularity.DAY):
+        rollups = UsageRollup.objects.all_tenants().filter(tenant=tenant_a, granularity=granularity)
+        assert rollups.aggregate(n=Sum("cost_nanos"))["n"] == raw_nanos
+        assert all(r.cost_micros == nanos_to_micros(r.cost_nanos) for r in rollups)
+    summary = savings_summary(tenant=tenant_a, since=at - timedelta(hours=1), until=now)
+    without = ledger.aggregate(n=Sum("cost_without_cache_nanos"))["n"]
+    assert summary.spent_micros == spent
+    assert summary.saved_micros == nanos_to_micros(without - raw_nanos - raw_storage)
+
+    # The hot path enforces the recomputed figure: exactly the room left, not a µ$ more.
+    assert _gateway_reserve(periods, hold_id="gw-last", amount=limit - spent) is None
+    refusal = _gateway_reserve(periods, hold_id="gw-over", amount=1)
+    assert refusal is not None and refusal.spent_micros == spent
+    # Running it again changes nothing, in PostgreSQL or in Redis.
+    with django_capture_on_commit_callbacks(execute=True):
+        again = usage_reprice(actor=platform_actor, since=at - timedelta(hours=1))
+    assert (again.rows_changed, again.budget_delta_micros) == (0, 0)
+    assert holds.budget_period_live(period_id=period.pk)["spent"] == spent

@@ -144,9 +144,12 @@ def test_the_keep_alive_bridges_short_gaps_and_drops_before_long_ones() -> None:
 
     gap_star = breakeven_gap_seconds(PRO)
     assert gap_star == 900.0  # (1.25 - 0.125) / 4.50 h
-    # No history: the rent-or-buy rule. Sessions: bridge the 100 s gaps only.
+    # No history: the rent-or-buy rule. Sessions: bridge the 100 s gaps only; each one
+    # stands for 50-200 s (GAP_SPREAD), so k = 200 × 1.05 + 1 = 211 s. Covering them all
+    # costs (50 + 75 + 100 + 150 + 200) / 5 = 115 s a short gap plus 211 s + G* a long
+    # one, 1,226 s a pair; k = 150 × 1.05 + 1 leaves a fifth of them to miss: 1,345 s.
     assert keep_alive_seconds(gaps=(), breakeven_gap=gap_star) == 900.0
-    assert keep_alive_seconds(gaps=(100.0, 5_000.0) * 10, breakeven_gap=gap_star) == 106.0
+    assert keep_alive_seconds(gaps=(100.0, 5_000.0) * 10, breakeven_gap=gap_star) == 211.0
     # Every gap worth bridging: at least G* (the history says nothing about longer gaps).
     assert keep_alive_seconds(gaps=(60.0,) * 20, breakeven_gap=gap_star) == 900.0
     # Only long gaps: keep nothing.
@@ -175,6 +178,20 @@ def test_the_autopilot_refuses_new_pins_near_a_budget_and_drops_caches_over_it()
         history=history, economics=PRO, now=1_000.0, expire_at=5_000.0, budget_used_fraction=1
     )
     assert over.action == EXPIRE and over.expire_at == 1_060.0
+
+
+def test_a_cache_on_target_runs_out_at_its_last_review_instead_of_being_stretched() -> None:
+    from billing.ttl_policy import EXPIRE, ReuseHistory, autopilot_decide
+
+    # Gaps of 100 s and 5,000 s: k = 211 s; last query at 1,000 s, so the cache is on
+    # target expiring at 1,211 s. At the review 30 s before (1,181 s) the provider's 60 s
+    # minimum TTL would stretch it to 1,241 s: 30 s of storage nobody asked for.
+    history = ReuseHistory((100.0, 5_000.0) * 10, 1_000.0)
+    last = autopilot_decide(history=history, economics=PRO, now=1_181.0, expire_at=1_211.0)
+    assert (last.action, last.expire_at, last.next_review_at) == (EXPIRE, 1_211.0, None)
+    # Earlier it is kept as it is and looked at again 30 s before it expires.
+    early = autopilot_decide(history=history, economics=PRO, now=1_010.0, expire_at=1_211.0)
+    assert (early.action, early.next_review_at) == ("keep", 1_181.0)
 
 
 def test_the_benchmark_runs_the_apps_decision_function_and_beats_the_breakeven_rule() -> None:

@@ -100,10 +100,11 @@ def test_the_alert_webhook_is_signed_with_the_budget_secret_and_delivered_once(
 ) -> None:
     with django_capture_on_commit_callbacks() as callbacks:
         alert, secret = _cross_threshold(tenant_a, admin_a, actor, receiver.url)
-    # After commit: the webhook delivery task, plus the live console events (tenant and
-    # platform alerts topics).
+    # After commit: the webhook delivery task, the live console events (tenant and
+    # platform alerts topics) and the spend mirrored onto the gateway's Redis counters.
     deliveries = [c for c in callbacks if "budget_alert_deliver_task" in repr(c)]
-    assert len(deliveries) == 1 and len(callbacks) == 3
+    mirrors = [c for c in callbacks if "budget_periods_live_adjust" in repr(c)]
+    assert len(deliveries) == 1 and len(mirrors) == 1 and len(callbacks) == 4
     assert alert.webhook_state == WebhookState.PENDING
     assert budget_alert_deliver_task.apply(args=[str(alert.pk)]).result == "delivered"
     assert budget_alert_deliver_task.apply(args=[str(alert.pk)]).result == "delivered"

@@ -146,6 +146,11 @@ class VertexEmulator:
         """Delay every reply by ``ms`` after the request took effect (0 turns it off)."""
         self.faults.reply_delay_ms = ms
 
+    def set_stream_pacing(self, chunks: int, delay_ms: int) -> None:
+        """Stream answers as ``chunks`` chunks ``delay_ms`` apart (a long generation that a
+        client can walk away from mid-stream); ``(1, 0)`` restores the single chunk."""
+        self.faults.stream_pacing = (chunks, delay_ms)
+
     # -- auth ------------------------------------------------------------------------------
 
     def allow_tokens(self, project: str, tokens: Iterable[str]) -> None:

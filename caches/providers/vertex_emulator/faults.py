@@ -72,6 +72,7 @@ class FaultInjector:
         self._ids = itertools.count(1)
         self._latency_ms = 0
         self._reply_delay_ms = 0
+        self._stream_pacing = (1, 0)
 
     def add(
         self,
@@ -121,6 +122,21 @@ class FaultInjector:
             self._rules.clear()
             self._latency_ms = 0
             self._reply_delay_ms = 0
+            self._stream_pacing = (1, 0)
+
+    @property
+    def stream_pacing(self) -> tuple[int, int]:
+        """(chunks, delay ms between them) of a streamed answer; (1, 0): one chunk."""
+        with self._lock:
+            return self._stream_pacing
+
+    @stream_pacing.setter
+    def stream_pacing(self, value: tuple[int, int]) -> None:
+        chunks, delay_ms = value
+        if chunks < 1 or delay_ms < 0:
+            raise ValueError("stream pacing needs chunks >= 1 and a delay >= 0 ms")
+        with self._lock:
+            self._stream_pacing = (int(chunks), int(delay_ms))
 
     @property
     def latency_ms(self) -> int:

@@ -15,13 +15,13 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 
 from .access import authorize, bearer_token
@@ -182,9 +182,47 @@ def error_response(error: RpcError) -> JSONResponse:
     return JSONResponse(error.to_body(), status_code=error.code)
 
 
-def _success_response(operation: Operation, result: Any, query: dict[str, str]) -> Response:
+def _paced_chunks(result: dict[str, Any], chunks: int) -> list[dict[str, Any]]:
+    """The answer generated ``chunks`` times over, one piece per chunk, as Gemini streams:
+    every chunk carries the usage so far (the prompt, and the candidates counted up to
+    and including it); only the last one has the finish reason."""
+    usage = result["usageMetadata"]
+    per_chunk = usage["candidatesTokenCount"]
+    pieces = []
+    for i in range(chunks):
+        candidate = json.loads(json.dumps(result["candidates"][0]))
+        if i < chunks - 1:
+            candidate.pop("finishReason", None)
+        so_far = per_chunk * (i + 1)
+        pieces.append(
+            {
+                **result,
+                "candidates": [candidate],
+                "usageMetadata": {
+                    **usage,
+                    "candidatesTokenCount": so_far,
+                    "totalTokenCount": usage["promptTokenCount"] + so_far,
+                    "candidatesTokensDetails": [{"modality": "TEXT", "tokenCount": so_far}],
+                },
+            }
+        )
+    return pieces
+
+
+def _success_response(
+    operation: Operation, result: Any, query: dict[str, str], pacing: tuple[int, int] = (1, 0)
+) -> Response:
     if not operation.streaming:
         return JSONResponse(result)
+    chunks, delay_ms = pacing
+    if query.get("alt") == "sse" and chunks > 1:
+
+        async def paced() -> AsyncIterator[bytes]:
+            for piece in _paced_chunks(result, chunks):
+                yield f"data: {json.dumps(piece, separators=(',', ':'))}\r\n\r\n".encode()
+                await asyncio.sleep(delay_ms / 1000)
+
+        return StreamingResponse(paced(), media_type="text/event-stream")
     if query.get("alt") == "sse":
         # The SDK's stream reader takes "data: " lines; one chunk carries the whole answer.
         chunk = json.dumps(result, separators=(",", ":"))
@@ -257,7 +295,7 @@ def build_app(emulator: VertexEmulator) -> Starlette:
         reply_delay_ms = emulator.faults.reply_delay_ms
         if reply_delay_ms:
             await asyncio.sleep(reply_delay_ms / 1000)
-        return _success_response(operation, result, query)
+        return _success_response(operation, result, query, emulator.faults.stream_pacing)
 
     async def unmapped_endpoint(request: Request) -> Response:
         return error_response(_unmapped(request.method.upper(), request.url.path))

@@ -25,7 +25,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import msgspec
@@ -33,223 +33,21 @@ from django.conf import settings
 from django.db import connection, transaction
 from redis.exceptions import LockNotOwnedError
 
-from billing.errors import InvalidUsage
-from billing.models import Provider, UsageKind, UsageStatus
-from billing.pricing import Cost, UsageCounts, cache_creation_cost, gpu_cost, token_cost
+from billing.models import Provider, UsageKind
+from billing.pricing import Cost, cache_creation_cost, gpu_cost, token_cost
 from billing.selectors.prices import PriceIndex
+from billing.services.usage.queue import (
+    _CLAIM_SCRIPT,
+    EPOCH,
+    _decoder,
+    _keys,
+    _Message,
+)
 from controlplane import ops
-from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ROLLUP_LOCK = 0x62696C6C  # pg advisory lock id shared by every rollup writer ("bill")
-
-_CLAIM_SCRIPT = """
-local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
-if #items == 0 then return 0 end
-redis.call('LTRIM', KEYS[1], #items, -1)
-for i = 1, #items, 1000 do
-  redis.call('RPUSH', KEYS[2], unpack(items, i, math.min(i + 999, #items)))
-end
-redis.call('ZADD', KEYS[3], ARGV[2], KEYS[2])
-return #items
-"""
-
-
-class _Message(msgspec.Struct, array_like=True):
-    """One usage row on the wire (positional: small and fast to encode)."""
-
-    tenant_id: str
-    request_id: str
-    at_us: int
-    provider: str
-    model: str
-    worker: str
-    pool: str
-    api_key_id: str | None
-    principal_id: str | None
-    cache_id: str | None
-    prompt_tokens: int
-    cached_read_tokens: int
-    cache_write_5m_tokens: int
-    cache_write_1h_tokens: int
-    output_tokens: int
-    ttft_ms: int | None
-    latency_ms: int | None
-    status: str
-    stream: bool
-    # Appended later: defaults let messages queued by an older release still decode.
-    thinking_tokens: int = 0
-    audio_prompt_tokens: int = 0
-    audio_cached_read_tokens: int = 0
-    audio_output_tokens: int = 0
-    kind: str = UsageKind.REQUEST
-    ttl_seconds: int = 0
-
-    def counts(self) -> UsageCounts:
-        return UsageCounts(
-            self.prompt_tokens,
-            self.cached_read_tokens,
-            self.cache_write_5m_tokens,
-            self.cache_write_1h_tokens,
-            self.output_tokens,
-            self.thinking_tokens,
-            self.audio_prompt_tokens,
-            self.audio_cached_read_tokens,
-            self.audio_output_tokens,
-        )
-
-
-_encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(_Message)
-
-
-def queue_key() -> str:
-    return settings.CACHEPLANE_BILLING_USAGE_QUEUE_KEY
-
-
-def _keys() -> tuple[str, str]:
-    base = queue_key()
-    return base, f"{base}:claims"
-
-
-def _optional_uuid(name: str, value: object) -> str | None:
-    if value is None or value == "":
-        return None
-    try:
-        return str(uuid.UUID(str(value)))
-    except ValueError:
-        raise InvalidUsage(f"{name} must be a UUID.", details={"field": name}) from None
-
-
-def _optional_ms(name: str, value: int | None) -> int | None:
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**31:
-        raise InvalidUsage(f"{name} must be a non-negative integer.", details={"field": name})
-    return value
-
-
-def usage_message(
-    *,
-    tenant: Tenant,
-    request_id: str,
-    provider: str,
-    model: str,
-    occurred_at: datetime,
-    prompt_tokens: int,
-    cached_read_tokens: int = 0,
-    cache_write_5m_tokens: int = 0,
-    cache_write_1h_tokens: int = 0,
-    output_tokens: int = 0,
-    ttft_ms: int | None = None,
-    latency_ms: int | None = None,
-    status: str = UsageStatus.OK,
-    api_key_id: str | None = None,
-    principal_id: str | None = None,
-    cache_id: str | None = None,
-    worker: str = "",
-    pool: str = "",
-    stream: bool = False,
-    thinking_tokens: int = 0,
-    audio_prompt_tokens: int = 0,
-    audio_cached_read_tokens: int = 0,
-    audio_output_tokens: int = 0,
-    kind: str = UsageKind.REQUEST,
-    ttl_seconds: int = 0,
-) -> bytes:
-    """Validate one request's usage and encode it for the queue (no I/O).
-
-    Partial work (an aborted or disconnected stream, an upstream error after tokens were
-    produced) is recorded like any request, with the counts of what was streamed and a
-    non-``ok`` status: the provider bills it, so the ledger prices it in full.
-    ``kind="cache_create"`` books the write of an explicit cache (``ttl_seconds`` picks
-    the write tier); see :func:`cache_creation_record`.
-    """
-    counts = UsageCounts(
-        prompt_tokens,
-        cached_read_tokens,
-        cache_write_5m_tokens,
-        cache_write_1h_tokens,
-        output_tokens,
-        thinking_tokens,
-        audio_prompt_tokens,
-        audio_cached_read_tokens,
-        audio_output_tokens,
-    )
-    problems = counts.problems()
-    if any(
-        v >= 2**31
-        for v in (prompt_tokens, output_tokens, thinking_tokens, audio_output_tokens)
-        if isinstance(v, int)
-    ):
-        problems.append("token counts must be below 2^31")
-    if kind not in UsageKind.values:
-        problems.append(f"unknown kind {kind!r}")
-    if not isinstance(ttl_seconds, int) or isinstance(ttl_seconds, bool) or ttl_seconds < 0:
-        problems.append("ttl_seconds must be a non-negative integer")
-    if problems:
-        raise InvalidUsage("; ".join(problems), details={"problems": problems})
-    if provider not in Provider.values:
-        raise InvalidUsage(f"Unknown provider {provider!r}.", details={"provider": provider})
-    if status not in UsageStatus.values:
-        raise InvalidUsage(f"Unknown status {status!r}.", details={"status": status})
-    if not request_id or len(request_id) > 128:
-        raise InvalidUsage("request_id must be 1-128 characters.")
-    if not model or len(model) > 200 or len(worker) > 200 or len(pool) > 100:
-        raise InvalidUsage("model (1-200), worker (200) or pool (100) is too long.")
-    if cache_id is not None and (not cache_id or len(str(cache_id)) > 100):
-        raise InvalidUsage("cache_id must be 1-100 characters.")
-    if occurred_at.tzinfo is None:
-        raise InvalidUsage("occurred_at must be timezone-aware.")
-    delta = occurred_at - EPOCH
-    at_us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-    return _encoder.encode(
-        _Message(
-            str(tenant.pk),
-            request_id,
-            at_us,
-            provider,
-            model,
-            worker,
-            pool,
-            _optional_uuid("api_key_id", api_key_id),
-            _optional_uuid("principal_id", principal_id),
-            None if cache_id is None else str(cache_id),
-            prompt_tokens,
-            cached_read_tokens,
-            cache_write_5m_tokens,
-            cache_write_1h_tokens,
-            output_tokens,
-            _optional_ms("ttft_ms", ttft_ms),
-            _optional_ms("latency_ms", latency_ms),
-            str(status),
-            bool(stream),
-            thinking_tokens,
-            audio_prompt_tokens,
-            audio_cached_read_tokens,
-            audio_output_tokens,
-            str(kind),
-            ttl_seconds,
-        )
-    )
-
-
-def usage_record(**kwargs: Any) -> None:
-    """Append one request's usage to the ledger queue (one Redis RPUSH, no SQL).
-
-    Keyword-only, the arguments of :func:`usage_message`. Raises InvalidUsage for counts
-    that cannot be true. The row reaches PostgreSQL at the next flush; replaying the same
-    ``(tenant, request_id)`` is harmless.
-    """
-    ops.redis_client().rpush(queue_key(), usage_message(**kwargs))
-
-
-def usage_record_many(messages: list[bytes]) -> None:
-    """Append already-encoded messages in one round trip (batch producers, benchmarks)."""
-    if messages:
-        ops.redis_client().rpush(queue_key(), *messages)
 
 
 @dataclass
@@ -585,47 +383,3 @@ def usage_flush(*, batch_size: int | None = None, max_batches: int | None = None
         with contextlib.suppress(LockNotOwnedError):  # the lease ran out; another run owns it
             lock.release()
     return result
-
-
-def cache_creation_record(
-    *,
-    tenant: Tenant,
-    cache_id: str,
-    operation_id: str,
-    provider: str,
-    model: str,
-    tokens: int,
-    ttl_seconds: int,
-    occurred_at: datetime,
-    principal_id: str | None = None,
-) -> None:
-    """Book the write of an explicit cache's tokens (Vertex bills creation as input).
-
-    One ledger row per creating operation (``request_id`` derives from it, so a retried
-    or replayed creation books once), ``kind=cache_create``, priced at the write rate of
-    the TTL's tier and saving nothing. vLLM pins cost their prefill through the warm-up
-    request, which the gateway meters, so only per-token providers are booked here.
-    """
-    if provider == Provider.VLLM or not tokens:
-        return
-    message = usage_message(
-        tenant=tenant,
-        request_id=f"cache-create:{operation_id}",
-        provider=provider,
-        model=model,
-        occurred_at=occurred_at,
-        prompt_tokens=tokens,
-        cache_write_1h_tokens=tokens if ttl_seconds > 300 else 0,
-        cache_write_5m_tokens=tokens if ttl_seconds <= 300 else 0,
-        cache_id=str(cache_id),
-        principal_id=principal_id,
-        kind=UsageKind.CACHE_CREATE,
-        ttl_seconds=ttl_seconds,
-    )
-    try:
-        usage_record_many([message])
-    except Exception:
-        # Runs after the creation committed: the queue being down must not lose the row
-        # (the same idempotent path as the flush; a later replay inserts nothing).
-        logger.warning("usage queue unreachable; booking the cache creation directly")
-        usage_write_direct([message])

@@ -1,0 +1,41 @@
+"""The usage ledger: recorded on the request path into Redis (``queue``), flushed to
+PostgreSQL in batches (``flush``; the algorithm is described there). Every name callers
+use is importable from here, as before the split."""
+
+from billing.services.usage.creation import cache_creation_record
+from billing.services.usage.flush import (
+    ROLLUP_LOCK,
+    FlushResult,
+    micros_sql,
+    price_row,
+    usage_batch_claim,
+    usage_flush,
+    usage_write_direct,
+)
+from billing.services.usage.queue import (
+    _CLAIM_SCRIPT,
+    EPOCH,
+    _keys,
+    queue_key,
+    usage_message,
+    usage_record,
+    usage_record_many,
+)
+
+__all__ = [
+    "EPOCH",
+    "ROLLUP_LOCK",
+    "_CLAIM_SCRIPT",
+    "FlushResult",
+    "_keys",
+    "cache_creation_record",
+    "micros_sql",
+    "price_row",
+    "queue_key",
+    "usage_batch_claim",
+    "usage_flush",
+    "usage_message",
+    "usage_record",
+    "usage_record_many",
+    "usage_write_direct",
+]

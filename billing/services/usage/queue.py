@@ -1,0 +1,233 @@
+"""The request side of the usage ledger: validated messages appended to a Redis list.
+
+One ``RPUSH`` per request (``usage_record``) or per batch (``usage_record_many``), no
+SQL; ``billing.services.usage.flush`` moves them to PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+from django.conf import settings
+
+from billing.errors import InvalidUsage
+from billing.models import Provider, UsageKind, UsageStatus
+from billing.pricing import UsageCounts
+from controlplane import ops
+from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+_CLAIM_SCRIPT = """
+local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if #items == 0 then return 0 end
+redis.call('LTRIM', KEYS[1], #items, -1)
+for i = 1, #items, 1000 do
+  redis.call('RPUSH', KEYS[2], unpack(items, i, math.min(i + 999, #items)))
+end
+redis.call('ZADD', KEYS[3], ARGV[2], KEYS[2])
+return #items
+"""
+
+
+class _Message(msgspec.Struct, array_like=True):
+    """One usage row on the wire (positional: small and fast to encode)."""
+
+    tenant_id: str
+    request_id: str
+    at_us: int
+    provider: str
+    model: str
+    worker: str
+    pool: str
+    api_key_id: str | None
+    principal_id: str | None
+    cache_id: str | None
+    prompt_tokens: int
+    cached_read_tokens: int
+    cache_write_5m_tokens: int
+    cache_write_1h_tokens: int
+    output_tokens: int
+    ttft_ms: int | None
+    latency_ms: int | None
+    status: str
+    stream: bool
+    # Appended later: defaults let messages queued by an older release still decode.
+    thinking_tokens: int = 0
+    audio_prompt_tokens: int = 0
+    audio_cached_read_tokens: int = 0
+    audio_output_tokens: int = 0
+    kind: str = UsageKind.REQUEST
+    ttl_seconds: int = 0
+
+    def counts(self) -> UsageCounts:
+        return UsageCounts(
+            self.prompt_tokens,
+            self.cached_read_tokens,
+            self.cache_write_5m_tokens,
+            self.cache_write_1h_tokens,
+            self.output_tokens,
+            self.thinking_tokens,
+            self.audio_prompt_tokens,
+            self.audio_cached_read_tokens,
+            self.audio_output_tokens,
+        )
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(_Message)
+
+
+def queue_key() -> str:
+    return settings.CACHEPLANE_BILLING_USAGE_QUEUE_KEY
+
+
+def _keys() -> tuple[str, str]:
+    base = queue_key()
+    return base, f"{base}:claims"
+
+
+def _optional_uuid(name: str, value: object) -> str | None:
+    if value is None or value == "":
+        return None
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        raise InvalidUsage(f"{name} must be a UUID.", details={"field": name}) from None
+
+
+def _optional_ms(name: str, value: int | None) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**31:
+        raise InvalidUsage(f"{name} must be a non-negative integer.", details={"field": name})
+    return value
+
+
+def usage_message(
+    *,
+    tenant: Tenant,
+    request_id: str,
+    provider: str,
+    model: str,
+    occurred_at: datetime,
+    prompt_tokens: int,
+    cached_read_tokens: int = 0,
+    cache_write_5m_tokens: int = 0,
+    cache_write_1h_tokens: int = 0,
+    output_tokens: int = 0,
+    ttft_ms: int | None = None,
+    latency_ms: int | None = None,
+    status: str = UsageStatus.OK,
+    api_key_id: str | None = None,
+    principal_id: str | None = None,
+    cache_id: str | None = None,
+    worker: str = "",
+    pool: str = "",
+    stream: bool = False,
+    thinking_tokens: int = 0,
+    audio_prompt_tokens: int = 0,
+    audio_cached_read_tokens: int = 0,
+    audio_output_tokens: int = 0,
+    kind: str = UsageKind.REQUEST,
+    ttl_seconds: int = 0,
+) -> bytes:
+    """Validate one request's usage and encode it for the queue (no I/O).
+
+    Partial work (an aborted or disconnected stream, an upstream error after tokens were
+    produced) is recorded like any request, with the counts of what was streamed and a
+    non-``ok`` status: the provider bills it, so the ledger prices it in full.
+    ``kind="cache_create"`` books the write of an explicit cache (``ttl_seconds`` picks
+    the write tier); see :func:`cache_creation_record`.
+    """
+    counts = UsageCounts(
+        prompt_tokens,
+        cached_read_tokens,
+        cache_write_5m_tokens,
+        cache_write_1h_tokens,
+        output_tokens,
+        thinking_tokens,
+        audio_prompt_tokens,
+        audio_cached_read_tokens,
+        audio_output_tokens,
+    )
+    problems = counts.problems()
+    if any(
+        v >= 2**31
+        for v in (prompt_tokens, output_tokens, thinking_tokens, audio_output_tokens)
+        if isinstance(v, int)
+    ):
+        problems.append("token counts must be below 2^31")
+    if kind not in UsageKind.values:
+        problems.append(f"unknown kind {kind!r}")
+    if not isinstance(ttl_seconds, int) or isinstance(ttl_seconds, bool) or ttl_seconds < 0:
+        problems.append("ttl_seconds must be a non-negative integer")
+    if problems:
+        raise InvalidUsage("; ".join(problems), details={"problems": problems})
+    if provider not in Provider.values:
+        raise InvalidUsage(f"Unknown provider {provider!r}.", details={"provider": provider})
+    if status not in UsageStatus.values:
+        raise InvalidUsage(f"Unknown status {status!r}.", details={"status": status})
+    if not request_id or len(request_id) > 128:
+        raise InvalidUsage("request_id must be 1-128 characters.")
+    if not model or len(model) > 200 or len(worker) > 200 or len(pool) > 100:
+        raise InvalidUsage("model (1-200), worker (200) or pool (100) is too long.")
+    if cache_id is not None and (not cache_id or len(str(cache_id)) > 100):
+        raise InvalidUsage("cache_id must be 1-100 characters.")
+    if occurred_at.tzinfo is None:
+        raise InvalidUsage("occurred_at must be timezone-aware.")
+    delta = occurred_at - EPOCH
+    at_us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return _encoder.encode(
+        _Message(
+            str(tenant.pk),
+            request_id,
+            at_us,
+            provider,
+            model,
+            worker,
+            pool,
+            _optional_uuid("api_key_id", api_key_id),
+            _optional_uuid("principal_id", principal_id),
+            None if cache_id is None else str(cache_id),
+            prompt_tokens,
+            cached_read_tokens,
+            cache_write_5m_tokens,
+            cache_write_1h_tokens,
+            output_tokens,
+            _optional_ms("ttft_ms", ttft_ms),
+            _optional_ms("latency_ms", latency_ms),
+            str(status),
+            bool(stream),
+            thinking_tokens,
+            audio_prompt_tokens,
+            audio_cached_read_tokens,
+            audio_output_tokens,
+            str(kind),
+            ttl_seconds,
+        )
+    )
+
+
+def usage_record(**kwargs: Any) -> None:
+    """Append one request's usage to the ledger queue (one Redis RPUSH, no SQL).
+
+    Keyword-only, the arguments of :func:`usage_message`. Raises InvalidUsage for counts
+    that cannot be true. The row reaches PostgreSQL at the next flush; replaying the same
+    ``(tenant, request_id)`` is harmless.
+    """
+    ops.redis_client().rpush(queue_key(), usage_message(**kwargs))
+
+
+def usage_record_many(messages: list[bytes]) -> None:
+    """Append already-encoded messages in one round trip (batch producers, benchmarks)."""
+    if messages:
+        ops.redis_client().rpush(queue_key(), *messages)
