@@ -238,7 +238,9 @@ def unauthenticated_request_record(
     from audit.services.denials import audit_denial
 
     source = throttle_source(source_ip)
-    base = f"{KEY_PREFIX.rsplit(':', 1)[0]}:anonymous:{source}"
+    # Under the key throttle's prefix, so api_key_throttle_reset(all_sources=True)
+    # forgets these counts too.
+    base = f"{KEY_PREFIX}:anonymous:{source}"
     try:
         count = int(
             ops.redis_client().eval(
