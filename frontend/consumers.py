@@ -10,9 +10,10 @@ Revocation bound: every ``CACHEPLANE_WS_RECHECK_SECONDS`` (5 s) the socket re-re
 credential (the session still exists and still names the user; the key is not revoked
 or expired; the principal is active) and re-decides access from the database. A
 logout, a revoked key, a removed binding or a suspended tenant closes the socket
-within that bound (close codes: 4401 credential ended, 4403 suspended or no readable
-topic, 4404 no binding); a lost permission leaves its topic at once. Mutations never
-arrive over the socket; they go through REST.
+within that bound (close codes: 4401 credential ended or a key refused at connect,
+4403 suspended or no readable topic, 4404 no binding or no such tenant, 4429 the
+source is locked out for guessing keys); a lost permission leaves its topic at once.
+Mutations never arrive over the socket; they go through REST.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from tenants.models import ApiKey, Principal, Tenant
 CLOSE_CREDENTIAL_ENDED = 4401
 CLOSE_UNAUTHORIZED = 4403
 CLOSE_NOT_FOUND = 4404
+CLOSE_TOO_MANY_FAILURES = 4429
 DEFAULT_RECHECK_SECONDS = 5.0
 # Kept for callers that list topics; the permission of each is in controlplane.live.
 TENANT_TOPICS = tuple(TENANT_TOPIC_PERMISSIONS)
@@ -123,12 +125,14 @@ class _PushConsumer(AsyncJsonWebsocketConsumer):
 
     # --- the caller, re-read from the database on every decision ---------------------
 
-    def caller(self) -> tuple[Actor, ApiKey | None] | None:
+    def caller(self, phase: str) -> tuple[Actor, ApiKey | None] | None:
         """The socket's credential as it stands now; None when it ended (logout,
-        revoked or expired key, disabled principal) since the socket opened."""
+        revoked or expired key, disabled principal) since the socket opened.
+
+        Raises CredentialRefused for a key refused at connect (already audited)."""
         token = _bearer(self.scope)
         if token is not None:
-            return _key_caller(self.scope, token)
+            return _key_caller(self.scope, token, phase)
         return _session_caller(self.scope)
 
     def refuse(self, *, tenant: Tenant | None, reason: str, code: int, phase: str) -> Decision:
@@ -151,7 +155,10 @@ class PlatformEventsConsumer(_PushConsumer):
         return platform_group(topic)
 
     def decide(self, phase: str) -> Decision:
-        caller = self.caller()
+        try:
+            caller = self.caller(phase)
+        except CredentialRefused as refused:
+            return Decision(close_code=refused.close_code)
         if caller is None:
             code = CLOSE_CREDENTIAL_ENDED if phase == "recheck" else CLOSE_UNAUTHORIZED
             return self.refuse(tenant=None, reason="credential_ended", code=code, phase=phase)
@@ -181,7 +188,10 @@ class TenantLiveConsumer(_PushConsumer):
 
     def decide(self, phase: str) -> Decision:
         slug = self.scope["url_route"]["kwargs"]["tenant"]
-        caller = self.caller()
+        try:
+            caller = self.caller(phase)
+        except CredentialRefused as refused:
+            return Decision(close_code=refused.close_code)
         if caller is None and phase == "recheck":
             tenant = Tenant.objects.filter(pk=self.tenant_id).first()
             return self.refuse(
@@ -270,18 +280,63 @@ def _session_caller(scope: dict) -> tuple[Actor, None] | None:
     return _scope_actor(scope, fresh), None
 
 
-def _key_caller(scope: dict, token: str) -> tuple[Actor, ApiKey] | None:
-    """The key's principal, re-read from the database (not the 5 s key cache)."""
+class CredentialRefused(Exception):
+    """A presented key was refused at connect (audited); close with ``close_code``."""
+
+    def __init__(self, close_code: int) -> None:
+        super().__init__(close_code)
+        self.close_code = close_code
+
+
+def _key_caller(scope: dict, token: str, phase: str) -> tuple[Actor, ApiKey] | None:
+    """The key's principal, re-read from the database (not the 5 s key cache).
+
+    At connect the key goes through the same guess throttle as REST and the gateway
+    (``api_key_authenticate_throttled``): a refused key is audited
+    (``tenants.api_key.authenticate``, failed) and closes ``4401``; a locked-out source
+    closes ``4429``. On a re-check a key that stopped working ends the socket (None).
+    """
     from django.utils import timezone
 
     from tenants.services.keys import api_key_authenticate, key_cache, key_digest
+    from tenants.services.throttling import TooManyFailures, api_key_authenticate_throttled
 
     key_cache.forget(key_digest(token))  # the socket's bound is its own re-check period
     try:
-        authenticated = api_key_authenticate(token)
-    except ApiKeyRejected:
-        return None  # the caller records the refusal (credential_ended / no_binding)
+        if phase == "connect":
+            actor = _scope_actor(scope, None)
+            authenticated = api_key_authenticate_throttled(
+                token=token, source_ip=actor.source_ip, user_agent=actor.user_agent
+            )
+        else:
+            authenticated = api_key_authenticate(token)
+    except TooManyFailures:
+        raise CredentialRefused(CLOSE_TOO_MANY_FAILURES) from None
+    except ApiKeyRejected as rejected:
+        if phase != "connect":
+            return None  # the caller records the refusal (credential_ended)
+        _audit_rejected_key(scope, rejected, token)
+        code = CLOSE_UNAUTHORIZED if rejected.code == "tenant_suspended" else CLOSE_CREDENTIAL_ENDED
+        raise CredentialRefused(code) from None
     key = authenticated.key
     if key.expires_at is not None and key.expires_at <= timezone.now():
         return None
     return _scope_actor(scope, authenticated.principal, key_id=str(key.pk)), key
+
+
+def _audit_rejected_key(scope: dict, rejected: ApiKeyRejected, token: str) -> None:
+    """The same failed-authentication row REST and the gateway write."""
+    from audit.models import Outcome
+    from audit.services import audit_record
+
+    tenant = Tenant.objects.filter(pk=rejected.tenant_id).first() if rejected.tenant_id else None
+    actor = _scope_actor(scope, None, key_id=rejected.key_id)
+    audit_record(
+        actor=actor,
+        action="tenants.api_key.authenticate",
+        tenant=tenant,
+        outcome=Outcome.FAILED,
+        target_type="api_key",
+        target_id=rejected.key_id or "",
+        details={"reason": rejected.code, "presented_prefix": token[:12], "entry_point": "socket"},
+    )

@@ -151,17 +151,27 @@ def _audit_rejection(
     )
 
 
+def _audit_unauthenticated(source_ip: str | None, user_agent: str) -> None:
+    from tenants.services.throttling import unauthenticated_request_record
+
+    unauthenticated_request_record(
+        source_ip=source_ip, user_agent=user_agent, entry_point="gateway", path="/v1/"
+    )
+
+
 async def identify(
     authorization: str | None, *, source_ip: str | None, user_agent: str
 ) -> Identity:
     """Authenticate ``Authorization: Bearer <key>`` and check ``inference.invoke``."""
-    if not authorization:
-        raise GatewayError(
-            401, "missing_api_key", "Provide an API key: Authorization: Bearer <key>."
-        )
-    scheme, _, token = authorization.partition(" ")
+    scheme, _, token = (authorization or "").partition(" ")
     token = token.strip()
-    if scheme.lower() != "bearer" or not token:
+    if not authorization or scheme.lower() != "bearer" or not token:
+        # No usable credential: a denial like any other (coalesced per source).
+        await sync_to_async(_audit_unauthenticated, thread_sensitive=False)(source_ip, user_agent)
+        if not authorization:
+            raise GatewayError(
+                401, "missing_api_key", "Provide an API key: Authorization: Bearer <key>."
+            )
         raise GatewayError(401, "invalid_api_key", "Authorization must be 'Bearer <key>'.")
     authenticated = api_key_cached(token)
     if authenticated is None:

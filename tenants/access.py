@@ -12,8 +12,14 @@ The rules (documented in the README, "Tenants, IAM and the audit log"):
 
 * **Missing vs forbidden.** An unknown tenant, a tenant where the principal holds no
   binding, a service account or API key of another tenant: all the same ``404
-  not_found`` with the same body. Both paths run the same queries and write one denial
-  row each (unknown tenants on the platform chain), so they also take the same time.
+  not_found`` with the same body, and the same work: one query resolves the tenant and
+  the caller's bindings together (``tenant_access_resolve``, the same statement
+  whether the tenant exists or not), and one denial row of the same shape goes to the
+  **platform chain** (``details``: ``reason``, ``permission``, ``tenant_ref``). A
+  caller who is no member of a tenant is no part of its log: writing the probe into
+  the tenant's chain would cost differently from a missing tenant (another chain head,
+  the tenant row's key lock) and would hand that tenant's auditors another tenant's
+  user name, address and user agent.
 * **Suspended tenants.** Platform bindings keep working. A principal whose only
   bindings there are tenant bindings gets ``403 tenant_suspended`` on every entry point
   (REST, console, WebSocket close 4403; API keys are refused at authentication with the
@@ -34,7 +40,11 @@ from tenants.actor import Actor
 from tenants.errors import TenantNotFound, TenantSuspended
 from tenants.models import ApiKey, Tenant
 from tenants.permissions import ALL_PERMISSIONS, PLATFORM_PERMISSIONS
-from tenants.services.authorization import principal_held
+from tenants.services.authorization import (
+    HeldPermissions,
+    principal_held,
+    tenant_access_resolve,
+)
 
 #: Pseudo-permission meaning "any binding on this tenant" (reading the tenant itself,
 #: testing one's own permissions, a console landing page).
@@ -87,41 +97,54 @@ def access_tenant(
         raise ValueError(f"unknown permission {permission!r}")
     if permission in PLATFORM_PERMISSIONS:
         raise ValueError(f"{permission} is a platform permission; use access_platform")
-    tenant = _tenant_resolve(tenant_ref)
-    # Resolved even for a missing tenant (at platform scope): the same queries run on
-    # both paths, so "missing" and "forbidden" cannot be told apart by timing.
-    held = principal_held(principal=actor.principal, tenant=tenant)
+    # One query, the same statement whether the tenant exists or not: "missing" and
+    # "forbidden" cannot be told apart by timing.
+    tenant, held = tenant_access_resolve(principal=actor.principal, tenant_ref=tenant_ref)
 
-    def deny(reason: str, error: Exception) -> Exception:
+    def deny(reason: str, error: Exception, *, member: bool) -> Exception:
         audit_denial(
             actor=actor,
             action=action,
-            tenant=tenant,
+            # A member's refusal is its tenant's evidence; a non-member's (404) goes to
+            # the platform chain, the same row whether the tenant exists or not.
+            tenant=tenant if member else None,
             target_type=target_type,
             target_id=target_id,
             details={
                 **(details or {}),
                 "reason": reason,
                 "permission": permission,
-                **({"tenant_ref": str(tenant_ref)[:100]} if tenant is None else {}),
+                "tenant_ref": str(tenant_ref)[:100],
             },
         )
         return error
 
-    if tenant is None:
-        raise deny("no_such_tenant", TenantNotFound(NOT_FOUND_MESSAGE))
-    if api_key is not None and api_key.tenant_id != tenant.pk:
-        raise deny("api_key_of_another_tenant", TenantNotFound(NOT_FOUND_MESSAGE))
+    reason = _not_found_reason(tenant=tenant, held=held, api_key=api_key)
+    if reason is not None:
+        raise deny(reason, TenantNotFound(NOT_FOUND_MESSAGE), member=False)
+    assert tenant is not None
     if not held.permissions:
-        if held.member_of_suspended:
-            raise deny("tenant_suspended", TenantSuspended("The tenant is suspended."))
-        raise deny("no_binding", TenantNotFound(NOT_FOUND_MESSAGE))
+        raise deny("tenant_suspended", TenantSuspended("The tenant is suspended."), member=True)
     if permission != MEMBER and permission not in held.permissions:
         raise deny(
             "missing_permission",
             PermissionMissing(f"You lack the permission {permission!r} on this tenant."),
+            member=True,
         )
     return Grant(tenant=tenant, permissions=held.permissions)
+
+
+def _not_found_reason(
+    *, tenant: Tenant | None, held: HeldPermissions, api_key: ApiKey | None
+) -> str | None:
+    """Why the caller must be told "not found" (None: it may know the tenant exists)."""
+    if tenant is None:
+        return "no_such_tenant"
+    if api_key is not None and api_key.tenant_id != tenant.pk:
+        return "api_key_of_another_tenant"
+    if not held.permissions and not held.member_of_suspended:
+        return "no_binding"
+    return None
 
 
 def access_platform(
@@ -185,10 +208,3 @@ def access_refused(
         target_id=target_id,
         details={**(details or {}), "reason": reason},
     )
-
-
-def _tenant_resolve(tenant_ref: str | uuid.UUID) -> Tenant | None:
-    # One indexed lookup either way (slug is unique, id is the primary key).
-    if isinstance(tenant_ref, uuid.UUID):
-        return Tenant.objects.filter(pk=tenant_ref).first()
-    return Tenant.objects.filter(slug=str(tenant_ref)[:100]).first()

@@ -132,12 +132,22 @@ async def test_tenant_b_gets_none_of_a_events_and_its_attempt_is_audited() -> No
     assert not connected and code == 4404
     await _publish_all(a)
     assert await _received(bob_ws) == set()
+    # A missing tenant closes the same way and leaves a row of the same shape.
+    ghost, _ = await _session_socket(bob, "no-such-tenant")
+    assert await ghost.connect() == (False, code)
     await sync_to_async(audit_denials_wait)()
-    denial = await sync_to_async(
-        AuditEvent.objects.filter(tenant=a, action="frontend.socket.connect").first
+    rows = await sync_to_async(
+        lambda: list(
+            AuditEvent.objects.filter(action="frontend.socket.connect", outcome=Outcome.DENIED)
+        )
     )()
-    assert denial is not None and denial.outcome == Outcome.DENIED
-    assert denial.actor_id == str(bob.pk) and denial.details["reason"] == "no_binding"
+    assert [(e.details["reason"], e.details["tenant_ref"]) for e in rows] == [
+        ("no_binding", a.slug),
+        ("no_such_tenant", "no-such-tenant"),
+    ]
+    assert {(e.chain, e.actor_id, tuple(sorted(e.details))) for e in rows} == {
+        ("platform", str(bob.pk), ("permission", "reason", "tenant_ref"))
+    }
     await bob_ws.disconnect()
 
 

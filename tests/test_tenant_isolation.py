@@ -12,6 +12,7 @@ import re
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
+from audit.models import AuditEvent
 from tenants.models import ApiKey
 from tenants.services import keys
 from tests.factories import ServiceAccountFactory, actor_for
@@ -40,9 +41,15 @@ ROUTES = _tenant_routes()
 
 
 def _denial_rows(tenant) -> list:
+    """Denials of strangers naming ``tenant``: on the platform chain (they are no part of
+    the tenant's log), with the reference they used."""
     from audit.models import AuditEvent, Outcome
 
-    return list(AuditEvent.objects.filter(tenant=tenant, outcome=Outcome.DENIED).order_by("seq"))
+    return list(
+        AuditEvent.objects.filter(
+            tenant__isnull=True, outcome=Outcome.DENIED, details__tenant_ref=tenant.slug
+        ).order_by("seq")
+    )
 
 
 def _denials_on(tenant) -> int:
@@ -92,9 +99,11 @@ def test_b_gets_404_on_every_verb_of_a_route_by_session(api, route, tenant_a, ad
         assert response.status_code == 404, (verb, url, response.status_code)
         if url.startswith("/api/"):
             assert response.json()["error"]["code"] == "not_found"
-    # Every refusal left evidence on A's chain, with B as the actor.
+    # Every refusal left evidence (on the platform chain), with B as the actor, and
+    # nothing of B's in A's own log.
     assert _denials_on(tenant_a) - before == len(VERBS), url
     assert {e.actor_id for e in _denial_rows(tenant_a)} == {str(admin_b.pk)}
+    assert not AuditEvent.objects.filter(tenant=tenant_a, actor_id=str(admin_b.pk)).exists()
 
 
 @pytest.mark.django_db

@@ -59,6 +59,23 @@ def _validation_message(detail: Any) -> str:
     return str(detail)
 
 
+def _audit_unauthenticated(context: dict[str, Any]) -> None:
+    """A request without credentials is a denial too (coalesced per source, see
+    ``tenants.services.throttling.unauthenticated_request_record``)."""
+    from tenants.actor import client_ip
+    from tenants.services.throttling import unauthenticated_request_record
+
+    request = getattr(context.get("request"), "_request", None)
+    if request is None:
+        return
+    unauthenticated_request_record(
+        source_ip=client_ip(request),
+        user_agent=request.headers.get("User-Agent", ""),
+        entry_point="rest",
+        path=request.path,
+    )
+
+
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF exception handler producing the one error shape."""
     if isinstance(exc, DomainError):
@@ -71,6 +88,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
+    if isinstance(exc, exceptions.NotAuthenticated):
+        _audit_unauthenticated(context)
     if isinstance(exc, exceptions.APIException):
         code = getattr(exc, "error_code", None) or next(
             (c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error"

@@ -221,3 +221,56 @@ def api_key_throttle_reset(*, source_ip: str | None = None, all_sources: bool = 
     else:
         names = list(_keys(throttle_source(source_ip)))
     return int(client.delete(*names)) if names else 0
+
+
+def unauthenticated_request_record(
+    *, source_ip: str | None, user_agent: str, entry_point: str, path: str
+) -> None:
+    """Audit requests refused for carrying no usable credential (401), coalesced.
+
+    ``tenants.request.unauthenticated`` (denied, platform chain, written through
+    ``audit_denial`` so no rollback erases it): at most one row per source per
+    ``REFUSAL_AUDIT_SECONDS``, carrying how many such requests the source made since the
+    previous row (``details.refused``) and the last path. Every refusal is counted; an
+    anonymous client cannot flood the append-only chain. If Redis is unreachable each
+    refusal writes its own row.
+    """
+    from audit.services.denials import audit_denial
+
+    source = throttle_source(source_ip)
+    # Under the key throttle's prefix, so api_key_throttle_reset(all_sources=True)
+    # forgets these counts too.
+    base = f"{KEY_PREFIX}:anonymous:{source}"
+    try:
+        count = int(
+            ops.redis_client().eval(
+                _REFUSAL_SCRIPT,
+                2,
+                f"{base}:refused",
+                f"{base}:refused-gate",
+                REFUSAL_AUDIT_SECONDS,
+                REFUSAL_AUDIT_SECONDS * 10,
+            )
+        )
+    except redis.RedisError:
+        count = 1
+    if not count:
+        return
+    audit_denial(
+        actor=Actor(
+            principal=None,
+            auth_method=AuthMethod.ANONYMOUS,
+            source_ip=source_ip,
+            user_agent=user_agent[:300],
+        ),
+        action="tenants.request.unauthenticated",
+        tenant=None,
+        target_type="source",
+        target_id=source,
+        details={
+            "reason": "not_authenticated",
+            "entry_point": entry_point,
+            "refused": count,
+            "last_path": path[:200],
+        },
+    )
