@@ -295,13 +295,25 @@ def _process(command: list[str], *, cpus: set[int] | None, env: dict | None = No
 _OURS = ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")
 
 
+#: ``BENCH_PROFILE_GATEWAY=out.prof``: the gateway runs under cProfile, written when it is
+#: stopped (uvicorn re-raises SIGTERM after its shutdown: the handler below catches it).
+_PROFILED = (
+    "import cProfile, os, signal, sys, time, uvicorn\n"
+    "out = sys.argv.pop(1)\n"
+    "profile = cProfile.Profile(time.process_time)\n"
+    "def stop(*_):\n"
+    "    profile.disable(); profile.dump_stats(out); os._exit(0)\n"
+    "signal.signal(signal.SIGTERM, stop)\n"
+    "profile.enable()\n"
+    "uvicorn.main()\n"
+)
+
+
 def _uvicorn_command(app: str, port: int, app_dir: Path) -> list[str]:
     profile = os.environ.get("BENCH_PROFILE_GATEWAY") if app.startswith("controlplane") else None
     return [
         sys.executable,
-        *(["-m", "cProfile", "-o", profile] if profile else []),
-        "-m",
-        "uvicorn",
+        *(["-c", _PROFILED, profile] if profile else ["-m", "uvicorn"]),
         app,
         "--app-dir",
         str(app_dir),

@@ -64,7 +64,8 @@ class Directory:
             f"{os.environ.get('HOSTNAME', 'gw')}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         )
     )
-    _pushes: set = field(default_factory=set)
+    _deltas: dict[str, int] = field(default_factory=dict)
+    _pusher: asyncio.Task | None = None
 
     async def current_workers(self) -> list[WorkerView]:
         if time.monotonic() - self.loaded_at < REFRESH_SECONDS:
@@ -97,18 +98,29 @@ class Directory:
     def _publish(self, worker: str, delta: int) -> None:
         """Mirror a local change into the fleet's load state, off the request path.
 
-        Fire and forget: an unreachable Redis only means the other replicas see this
-        one's load late (routing then reads local counts; see ``gateway.routing``).
+        Fire and forget, and coalesced: changes made while one update is on its way go
+        out together in the next (one pipeline, the net delta per worker; a request that
+        started and ended in between shows as nothing, which is what it is by then). An
+        unreachable Redis only means the other replicas see this one's load late
+        (routing then reads local counts; see ``gateway.routing``).
         """
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        from gateway.routing import publish_load
+        self._deltas[worker] = self._deltas.get(worker, 0) + delta
+        pusher = self._pusher
+        if pusher is None or pusher.done() or pusher.get_loop() is not loop:
+            self._pusher = loop.create_task(self._push())
 
-        task = loop.create_task(publish_load(replica=self.replica, worker=worker, delta=delta))
-        self._pushes.add(task)
-        task.add_done_callback(self._pushes.discard)
+    async def _push(self) -> None:
+        from gateway.routing import publish_loads
+
+        while self._deltas:
+            deltas, self._deltas = self._deltas, {}
+            changed = {worker: delta for worker, delta in deltas.items() if delta}
+            if changed:
+                await publish_loads(replica=self.replica, deltas=changed)
 
     async def cache(self, tenant_id: str, reference: str) -> CacheView | None:
         key = (tenant_id, reference)

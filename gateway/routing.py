@@ -239,17 +239,37 @@ def fleet_client() -> Any | None:
     return client
 
 
-async def publish_load(*, replica: str, worker: str, delta: int) -> None:
-    """Add ``delta`` to this replica's in-flight count for ``worker`` in the fleet state."""
+async def publish_loads(*, replica: str, deltas: dict[str, int]) -> None:
+    """Add each worker's delta to this replica's in-flight counts in the fleet state."""
     client = fleet_client()
     if client is None:
         return
     try:
         pipe = client.pipeline(transaction=False)
-        load_state.queue_add(pipe, replica=replica, worker=worker, delta=delta, now=time.time())
+        now = time.time()
+        for worker, delta in deltas.items():
+            load_state.queue_add(pipe, replica=replica, worker=worker, delta=delta, now=now)
         await pipe.execute()
     except Exception:  # Redis down: others see this replica's load once it is back
         logger.debug("fleet load update failed", exc_info=True)
+
+
+#: Workers (a tuple of names) → whether the KV index was fresh for them at the last look.
+#: A stale index (no KV events, e.g. workers without ``--kv-events-config``) skips the
+#: tokenizing, hashing and lookup of every request; its liveness stamps are still read in
+#: the same round trip, so the first request after the index turns fresh looks it up.
+_index_fresh: dict[tuple[str, ...], bool] = {}
+#: Replica → when it last stamped its liveness (the beat needs refreshing well within
+#: ``load_state.REPLICA_TTL``, not on every request).
+_beats: dict[str, float] = {}
+BEAT_SECONDS = 1.0
+
+
+def _stamps_fresh(stamps: Sequence[Any], now: float) -> bool:
+    """The rule of ``kv_index.parse_lookup``: every worker's stamp present and recent."""
+    return bool(stamps) and all(
+        stamp is not None and now - float(stamp) <= kv_index.STALE_SECONDS for stamp in stamps
+    )
 
 
 async def route_request(
@@ -267,24 +287,32 @@ async def route_request(
 ) -> RouteDecision:
     """Order ``workers`` for one request: event-exact when the index is fresh, else guessed.
 
-    One Redis pipeline reads the KV index for the prompt's block hashes, the fleet's
-    in-flight counts, and stamps this replica's liveness. Any Redis failure degrades to
-    the approximate mode with this replica's own counts; routing never fails a request.
+    One Redis pipeline reads the KV index for the prompt's block hashes (or, while the
+    index was stale at the last look, only its liveness stamps), the fleet's in-flight
+    counts, and stamps this replica's liveness (at most every ``BEAT_SECONDS``). Any
+    Redis failure degrades to the approximate mode with this replica's own counts;
+    routing never fails a request.
     """
     started = time.perf_counter()
     block_size = workers[0].block_size
     chain = prefix_chain(text, salt=salt, block_size=block_size)
-    hashes = (
-        request_block_hashes(
+    names = [w.name for w in workers]
+    enabled = _index_enabled()
+    looked_fresh = enabled and _index_fresh.get(tuple(names), True)
+
+    def hashed() -> list[int] | None:
+        return request_block_hashes(
             body, kind=kind, engine=workers[0].engine, salt=salt, block_size=block_size
         )
-        if _index_enabled()
-        else None
-    )
-    names = [w.name for w in workers]
+
+    hashes = hashed() if looked_fresh else None
     load = dict(inflight)
     depths: dict[str, int] | None = None
-    reason = "disabled" if not _index_enabled() else "no_tokenizer" if hashes is None else ""
+    reason = ""
+    if not enabled:
+        reason = "disabled"
+    elif looked_fresh and hashes is None:
+        reason = "no_tokenizer"
     client = fleet_client()
     if client is None:
         reason = reason or "no_redis"
@@ -293,10 +321,19 @@ async def route_request(
         try:
             pipe = client.pipeline(transaction=False)
             load_state.queue_read(pipe)
-            pipe.hset(load_state.BEAT_KEY, replica, str(now))
+            beat = now - _beats.get(replica, 0.0) >= BEAT_SECONDS
+            if beat:
+                pipe.hset(load_state.BEAT_KEY, replica, str(now))
             if hashes is not None:
                 kv_index.queue_lookup(pipe, workers=names, hashes=hashes)
+            elif enabled and not looked_fresh:
+                pipe.hmget(kv_index.LIVE_KEY, names)
             results = await pipe.execute()
+            if beat:
+                if len(_beats) > 1000:
+                    _beats.clear()
+                _beats[replica] = now
+                del results[2]  # the beat's reply
             fleet, dead = load_state.parse_read(results[0], results[1], now=now, workers=names)
             if dead:
                 pipe = client.pipeline(transaction=False)
@@ -304,10 +341,22 @@ async def route_request(
                 await pipe.execute()
             # This replica's own counts are exact and newer than what it published.
             load = {n: max(fleet.get(n, 0), inflight.get(n, 0)) for n in names}
+            fresh = False
             if hashes is not None:
                 depths, fresh = kv_index.parse_lookup(
-                    results[3:], workers=names, hashes=hashes, now=now
+                    results[2:], workers=names, hashes=hashes, now=now
                 )
+            elif enabled and not looked_fresh and _stamps_fresh(results[2], now):
+                # The index turned fresh since the last look: hash and look up now.
+                hashes = hashed()
+                if hashes is not None:
+                    depths, fresh = await kv_index.kv_lookup(client, workers=names, hashes=hashes)
+                else:
+                    reason = "no_tokenizer"
+            if enabled and reason != "no_tokenizer":
+                if len(_index_fresh) > 1000:
+                    _index_fresh.clear()
+                _index_fresh[tuple(names)] = fresh
                 if not fresh:
                     depths, reason = None, "stale_index"
         except Exception:
