@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from asgiref.sync import sync_to_async
 
 REFRESH_SECONDS = 2.0
+PUBLISH_SECONDS = 0.02  # how late other replicas may see this one's in-flight counts
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class Directory:
     )
     _deltas: dict[str, int] = field(default_factory=dict)
     _pusher: asyncio.Task | None = None
+    _pushed_at: float = 0.0
 
     async def current_workers(self) -> list[WorkerView]:
         if time.monotonic() - self.loaded_at < REFRESH_SECONDS:
@@ -98,10 +100,11 @@ class Directory:
     def _publish(self, worker: str, delta: int) -> None:
         """Mirror a local change into the fleet's load state, off the request path.
 
-        Fire and forget, and coalesced: changes made while one update is on its way go
-        out together in the next (one pipeline, the net delta per worker; a request that
-        started and ended in between shows as nothing, which is what it is by then). An
-        unreachable Redis only means the other replicas see this one's load late
+        Fire and forget, and coalesced: changes go out at most every
+        ``PUBLISH_SECONDS``, together (one pipeline, the net delta per worker; requests
+        that started and ended in between show as nothing, which is what they are by
+        then). Other replicas thus see this one's load at most that late, on top of
+        their own exact counts. An unreachable Redis only means they see it later
         (routing then reads local counts; see ``gateway.routing``).
         """
         try:
@@ -117,7 +120,10 @@ class Directory:
         from gateway.routing import publish_loads
 
         while self._deltas:
+            # The coalescing interval (like the usage ticker's), not simulated work.
+            await asyncio.sleep(max(0.0, self._pushed_at + PUBLISH_SECONDS - time.monotonic()))
             deltas, self._deltas = self._deltas, {}
+            self._pushed_at = time.monotonic()
             changed = {worker: delta for worker, delta in deltas.items() if delta}
             if changed:
                 await publish_loads(replica=self.replica, deltas=changed)

@@ -272,6 +272,77 @@ def _stamps_fresh(stamps: Sequence[Any], now: float) -> bool:
     )
 
 
+def _lookup(names: list[str], hashes: list[int]):
+    def queue(pipe: Any) -> None:
+        kv_index.queue_lookup(pipe, workers=names, hashes=hashes)
+
+    return queue
+
+
+def _stamps(names: list[str]):
+    def queue(pipe: Any) -> None:
+        pipe.hmget(kv_index.LIVE_KEY, names)
+
+    return queue
+
+
+async def _read(
+    client: Any, *, names: list[str], replica: str, queue: Any = None
+) -> tuple[dict[str, int], list[Any]]:
+    """One pipeline: the fleet's in-flight counts (dead replicas' fields deleted), this
+    replica's beat when due, and whatever ``queue`` adds; returns the counts and the
+    replies of ``queue``'s commands."""
+    now = time.time()
+    pipe = client.pipeline(transaction=False)
+    load_state.queue_read(pipe)
+    beat = now - _beats.get(replica, 0.0) >= BEAT_SECONDS
+    if beat:
+        pipe.hset(load_state.BEAT_KEY, replica, str(now))
+    if queue is not None:
+        queue(pipe)
+    results = await pipe.execute()
+    if beat:
+        if len(_beats) > 1000:
+            _beats.clear()
+        _beats[replica] = now
+    fleet, dead = load_state.parse_read(results[0], results[1], now=now, workers=names)
+    if dead:
+        pipe = client.pipeline(transaction=False)
+        pipe.hdel(load_state.INFLIGHT_KEY, *dead)
+        await pipe.execute()
+    return fleet, results[3 if beat else 2 :]
+
+
+#: How old a shared read of the fleet's counts may be when a request reuses it.
+FLEET_READ_SECONDS = 0.02
+_shared: dict[tuple, tuple[Any, float, asyncio.Task]] = {}
+
+
+async def _read_shared(
+    client: Any, *, names: list[str], replica: str, stamps: bool
+) -> tuple[dict[str, int], list[Any]]:
+    """:func:`_read` of the fleet's counts (and the index's liveness stamps), shared:
+    requests routed while one is on its way, or within ``FLEET_READ_SECONDS`` of its
+    answer, use that answer (other replicas' counts that much older; this replica's own
+    are always exact). Its own task, so a caller that goes away does not cancel it for
+    the others."""
+    key = (id(client), tuple(names), replica, stamps)
+    entry = _shared.get(key)
+    now = time.monotonic()
+    if entry is not None and entry[0] is client:  # the same client: not a reused id
+        task = entry[2]
+        reusable = not task.cancelled() and now - entry[1] < FLEET_READ_SECONDS
+        if not task.done() or (reusable and task.exception() is None):
+            return await asyncio.shield(task)
+    if len(_shared) > 1000:
+        _shared.clear()
+    task = asyncio.get_running_loop().create_task(
+        _read(client, names=names, replica=replica, queue=_stamps(names) if stamps else None)
+    )
+    _shared[key] = (client, now, task)
+    return await asyncio.shield(task)
+
+
 async def route_request(
     *,
     body: dict[str, Any],
@@ -319,34 +390,23 @@ async def route_request(
     else:
         now = time.time()
         try:
-            pipe = client.pipeline(transaction=False)
-            load_state.queue_read(pipe)
-            beat = now - _beats.get(replica, 0.0) >= BEAT_SECONDS
-            if beat:
-                pipe.hset(load_state.BEAT_KEY, replica, str(now))
-            if hashes is not None:
-                kv_index.queue_lookup(pipe, workers=names, hashes=hashes)
-            elif enabled and not looked_fresh:
-                pipe.hmget(kv_index.LIVE_KEY, names)
-            results = await pipe.execute()
-            if beat:
-                if len(_beats) > 1000:
-                    _beats.clear()
-                _beats[replica] = now
-                del results[2]  # the beat's reply
-            fleet, dead = load_state.parse_read(results[0], results[1], now=now, workers=names)
-            if dead:
-                pipe = client.pipeline(transaction=False)
-                pipe.hdel(load_state.INFLIGHT_KEY, *dead)
-                await pipe.execute()
+            if hashes is not None:  # this prompt's lookup rides along: a read of its own
+                fleet, results = await _read(
+                    client, names=names, replica=replica, queue=_lookup(names, hashes)
+                )
+            else:  # the same read for every request now: concurrent ones share it
+                stamps = enabled and not looked_fresh
+                fleet, results = await _read_shared(
+                    client, names=names, replica=replica, stamps=stamps
+                )
             # This replica's own counts are exact and newer than what it published.
             load = {n: max(fleet.get(n, 0), inflight.get(n, 0)) for n in names}
             fresh = False
             if hashes is not None:
                 depths, fresh = kv_index.parse_lookup(
-                    results[2:], workers=names, hashes=hashes, now=now
+                    results, workers=names, hashes=hashes, now=now
                 )
-            elif enabled and not looked_fresh and _stamps_fresh(results[2], now):
+            elif enabled and not looked_fresh and _stamps_fresh(results[0], now):
                 # The index turned fresh since the last look: hash and look up now.
                 hashes = hashed()
                 if hashes is not None:

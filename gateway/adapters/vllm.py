@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import httpx
 from django.conf import settings
 
 from gateway import upstream
@@ -189,16 +188,10 @@ class VllmAdapter:
             directory.release(worker.name)
 
         if response.status_code != 200:
-            try:
-                raw = await response.aread()
-            finally:
-                await close()
+            raw = await _read(response, close)
             raise reshape_error(response.status_code, raw, response.headers)
         if not call.stream:
-            try:
-                raw = await response.aread()
-            finally:
-                await close()
+            raw = await _read(response, close)
             payload = _json_or_none(raw)
             if not isinstance(payload, dict):
                 raise GatewayError(
@@ -213,7 +206,7 @@ class VllmAdapter:
         return result
 
     async def _relay(
-        self, call: Call, response: httpx.Response, worker: WorkerView, result: Upstream
+        self, call: Call, response: upstream.Response, worker: WorkerView, result: Upstream
     ) -> AsyncIterator[bytes]:
         """SSE events for the client: usage kept for metering, shown only as asked."""
         continuous, wants_usage = call.extra["continuous"], call.client_wants_usage
@@ -247,6 +240,18 @@ class VllmAdapter:
                 yield event
 
 
+async def _read(response: upstream.Response, close) -> bytes:
+    """The whole body, then the connection back to the pool (or closed)."""
+    try:
+        return await response.aread()
+    except upstream.UpstreamTimeout:
+        raise GatewayError(504, "upstream_timeout", "The worker did not answer in time.") from None
+    except upstream.UpstreamError as exc:
+        raise GatewayError(502, "upstream_error", f"The worker connection failed: {exc}") from None
+    finally:
+        await close()
+
+
 def _prompt_text(call: Call) -> str:
     from gateway.requests import prompt_text
 
@@ -275,7 +280,7 @@ def _json_or_none(raw: bytes) -> Any:
         return None
 
 
-def reshape_error(status: int, raw: bytes, headers: httpx.Headers) -> GatewayError:
+def reshape_error(status: int, raw: bytes, headers: Mapping[str, str]) -> GatewayError:
     """A worker's error answer in the gateway's shape, its status and Retry-After kept."""
     payload = _json_or_none(raw)
     message, param = f"The worker answered {status}.", None
@@ -301,31 +306,32 @@ def reshape_error(status: int, raw: bytes, headers: httpx.Headers) -> GatewayErr
 
 async def _send(
     candidates: list[WorkerView], path: str, body: dict, headers: dict
-) -> tuple[WorkerView, httpx.Response]:
+) -> tuple[WorkerView, upstream.Response]:
     """Send to the first candidate that accepts a connection (failover on connect errors)."""
     last_error = "no candidate"
     for worker in candidates:
         directory.acquire(worker.name)
         try:
-            response = await upstream.pool().post(
-                worker.base_url + path, json=body, headers=headers
-            )
+            response = await upstream.post(worker.base_url + path, json=body, headers=headers)
             return worker, response
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        except upstream.ConnectFailed as exc:
             directory.release(worker.name)
             prefix_index.forget_worker(worker.name)
             last_error = f"{worker.name}: {exc}"
             continue
-        except httpx.TimeoutException:
+        except upstream.UpstreamTimeout:
             directory.release(worker.name)
             raise GatewayError(
                 504, "upstream_timeout", "The worker did not answer in time."
             ) from None
-        except httpx.HTTPError as exc:
+        except upstream.UpstreamError as exc:
             directory.release(worker.name)
             raise GatewayError(
                 502, "upstream_error", f"The worker connection failed: {exc}"
             ) from None
+        except BaseException:  # cancelled (the client went away): not in flight any more
+            directory.release(worker.name)
+            raise
     raise GatewayError(
         503, "upstream_unavailable", f"No worker accepted the request ({last_error})."
     )
