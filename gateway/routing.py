@@ -201,7 +201,6 @@ class PendingIndex:
             self._entries.popitem(last=False)
 
 
-_clients: dict[int, Any] = {}
 pending_index = PendingIndex()
 
 
@@ -225,18 +224,14 @@ def _index_enabled() -> bool:
 
 
 def fleet_client() -> Any | None:
-    """The redis.asyncio client of this event loop (one per loop; None without Redis)."""
+    """This event loop's hot-path Redis connection for routing (None without Redis):
+    replies within a second, or routing falls back to the approximate mode."""
     url = _redis_url()
     if not url:
         return None
-    loop_id = id(asyncio.get_running_loop())
-    client = _clients.get(loop_id)
-    if client is None:
-        import redis.asyncio
+    from gateway.hotpath_redis import connection
 
-        client = redis.asyncio.Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=1.0)
-        _clients[loop_id] = client
-    return client
+    return connection(url=url, timeout=1.0)
 
 
 async def publish_loads(*, replica: str, deltas: dict[str, int]) -> None:

@@ -92,7 +92,6 @@ def _route(workers, body, **kw):
     from gateway import routing
 
     async def go():
-        routing._clients.clear()  # one client per event loop
         routing.pending_index._entries.clear()
         return await routing.route_request(
             body=body,
