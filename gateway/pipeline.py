@@ -1,5 +1,5 @@
-"""One request, top to bottom: authenticate → authorize → rate-limit → route → price →
-reserve → send → meter/settle.
+"""One request, top to bottom: authenticate → authorize → route → price → rate-limit +
+reserve (one atomic step, ``gateway.limits``) → fair share → send → meter/settle.
 
 Every step runs once, here, for every provider; what differs per provider (the upstream
 request, where it goes, how its answer and usage look) is an adapter
@@ -9,8 +9,9 @@ slot, a budget hold) is given back by ``_Books.close``, which runs exactly once 
 request: at the end of the body, at the end (or abort) of a stream, or on the error.
 
 Hot-path cost: no database query in steady state (identity, budgets' periods, rate
-limits, prices and the worker directory are cached for seconds); Redis: one script for
-the rate limit, one to reserve, one to settle, one batched push for metering.
+limits, prices and the worker directory are cached for seconds); Redis: one script to
+admit (rate limits and the hold), one to close (release and settle), both group-committed
+across concurrent requests, a shared routing read, one batched push for metering.
 """
 
 from __future__ import annotations

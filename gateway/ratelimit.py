@@ -1,8 +1,8 @@
 """The rate-limit step: requests/min, tokens/min and concurrent requests per key and tenant.
 
-One Lua script checks and takes every limit of the key's row and of its tenant's row at
-once (token buckets refilled continuously, so a minute's allowance is never spent twice
-at a window edge; concurrency as a sorted set of in-flight ids with an expiry, so a
+One Lua script (``gateway.limits``, together with the budget hold) checks and takes
+every limit of the key's row and of its tenant's row at once (token buckets refilled
+continuously, so a minute's allowance is never spent twice at a window edge; concurrency as a sorted set of in-flight ids with an expiry, so a
 gateway that dies frees its slots). Tokens are taken at the request's estimate
 (prompt characters / 4 + its output allowance, as OpenAI counts) and corrected with the
 real usage when it ends. A refusal is ``429`` with ``Retry-After`` and OpenAI's
