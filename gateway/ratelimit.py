@@ -2,11 +2,12 @@
 
 One Lua script (``gateway.limits``, together with the budget hold) checks and takes
 every limit of the key's row and of its tenant's row at once (token buckets refilled
-continuously, so a minute's allowance is never spent twice at a window edge; concurrency as a sorted set of in-flight ids with an expiry, so a
-gateway that dies frees its slots). Tokens are taken at the request's estimate
-(prompt characters / 4 + its output allowance, as OpenAI counts) and corrected with the
-real usage when it ends. A refusal is ``429`` with ``Retry-After`` and OpenAI's
-``x-ratelimit-*`` headers; an admitted answer carries the headers too.
+continuously, so a minute's allowance is never spent twice at a window edge;
+concurrency as a sorted set of in-flight ids with an expiry, so a gateway that dies
+frees its slots). Tokens are taken at the request's estimate (prompt characters / 4 +
+its output allowance, as OpenAI counts) and corrected with the real usage when it ends.
+A refusal is ``429`` with ``Retry-After`` and OpenAI's ``x-ratelimit-*`` headers; an
+admitted answer carries the headers too.
 
 Why not a library: ``limits`` and friends take one round trip per limit and window;
 this is one round trip for all six, which is what the hot path can afford.
