@@ -49,7 +49,7 @@ async def _worker(drops: int):
 
 def _run(drops: int):
     async def go():
-        await upstream.pools_close()
+        await upstream.close()
         server, view, seen = await _worker(drops)
         try:
             worker, response = await _send([view], "/v1/chat/completions", {"x": 1}, {})
@@ -62,13 +62,13 @@ def _run(drops: int):
             return body, seen["requests"]
         finally:
             server.close()
-            await upstream.pools_close()
+            await upstream.close()
 
     return asyncio.run(go())
 
 
 def _retries() -> float:
-    return UPSTREAM_RETRIES.labels(reason="RemoteProtocolError")._value.get()
+    return UPSTREAM_RETRIES.labels(reason="server_disconnected")._value.get()
 
 
 @pytest.mark.django_db
