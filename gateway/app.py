@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from gateway import upstream
 from gateway.adapters.vllm import prefix_index
 from gateway.directory import directory
 from gateway.errors import GatewayError
@@ -108,4 +109,17 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
     await response(scope, receive, send)
 
 
-__all__ = ["app", "create_app", "prefix_index"]
+async def lifespan(scope: Scope, receive: Receive, send: Send) -> None:
+    """ASGI lifespan: on shutdown, close the worker connections (``gateway.upstream``)
+    so the process ends without aiohttp's "Unclosed connector" warning."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await upstream.close()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+__all__ = ["app", "create_app", "lifespan", "prefix_index"]
