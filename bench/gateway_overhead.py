@@ -1,6 +1,6 @@
 """Gateway overhead with everything on, beside LiteLLM's proxy and vllm-router.
 
-Processes: this one (the load generator: httpx on uvloop, one keep-alive connection per
+Processes: this one (the load generator: aiohttp on uvloop, one keep-alive connection per
 lane), an upstream stub (a raw ASGI app answering ``/v1/chat/completions`` at once, plain
 or streamed, with ``usage``: a vLLM worker with no model), and, one at a time, the
 servers under test, all against the same stub:
@@ -187,7 +187,7 @@ def percentile(values: list[float], q: float) -> float:
 
 async def _drive(clients: list, url: str, body: bytes, headers: dict, total: int) -> Run:
     """``total`` requests, one lane per client (so ``len(clients)`` in flight)."""
-    import httpx
+    import aiohttp
 
     run = Run()
     issued = 0
@@ -198,16 +198,18 @@ async def _drive(clients: list, url: str, body: bytes, headers: dict, total: int
             issued += 1
             start = time.perf_counter()
             try:
-                response = await client.post(url, content=body, headers=headers)
-            except httpx.HTTPError as exc:  # a dropped connection: an error, not a crash
+                async with client.post(url, data=body, headers=headers) as response:
+                    content = await response.read()
+                    status = response.status
+            except (aiohttp.ClientError, TimeoutError) as exc:  # an error, not a crash
                 run.errors += 1
                 print(f"  transport error from {url}: {exc!r}")
                 continue
             elapsed = time.perf_counter() - start
-            if response.status_code != 200 or b"error" in response.content[:200]:
+            if status != 200 or b"error" in content[:200]:
                 run.errors += 1
                 if run.errors == 1:
-                    print(f"  first error from {url}: {response.status_code} {response.text[:300]}")
+                    print(f"  first error from {url}: {status} {content[:300]!r}")
                 continue
             run.latencies.append(elapsed)
 
@@ -220,13 +222,19 @@ async def _drive(clients: list, url: str, body: bytes, headers: dict, total: int
 async def _measure_target(
     name: str, url: str, headers: dict, pid: int | None, bodies: dict, args
 ) -> dict[tuple[int, str], Run]:
-    import httpx
+    import aiohttp
 
     results: dict[tuple[int, str], Run] = {}
-    one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     async with contextlib.AsyncExitStack() as stack:
+        # One keep-alive connection per lane (aiohttp: the cheapest Python client we
+        # measured, so the load generator is not what limits the servers under test).
         lanes = [
-            await stack.enter_async_context(httpx.AsyncClient(limits=one, timeout=60))
+            await stack.enter_async_context(
+                aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=1),
+                    timeout=aiohttp.ClientTimeout(total=60),
+                )
+            )
             for _ in range(max(args.concurrency))
         ]
         for mode, body in bodies.items():
@@ -295,13 +303,25 @@ def _process(command: list[str], *, cpus: set[int] | None, env: dict | None = No
 _OURS = ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")
 
 
+#: ``BENCH_PROFILE_GATEWAY=out.prof``: the gateway runs under cProfile, written when it is
+#: stopped (uvicorn re-raises SIGTERM after its shutdown: the handler below catches it).
+_PROFILED = (
+    "import cProfile, os, signal, sys, time, uvicorn\n"
+    "out = sys.argv.pop(1)\n"
+    "profile = cProfile.Profile(time.process_time)\n"
+    "def stop(*_):\n"
+    "    profile.disable(); profile.dump_stats(out); os._exit(0)\n"
+    "signal.signal(signal.SIGTERM, stop)\n"
+    "profile.enable()\n"
+    "uvicorn.main()\n"
+)
+
+
 def _uvicorn_command(app: str, port: int, app_dir: Path) -> list[str]:
     profile = os.environ.get("BENCH_PROFILE_GATEWAY") if app.startswith("controlplane") else None
     return [
         sys.executable,
-        *(["-m", "cProfile", "-o", profile] if profile else []),
-        "-m",
-        "uvicorn",
+        *(["-c", _PROFILED, profile] if profile else ["-m", "uvicorn"]),
         app,
         "--app-dir",
         str(app_dir),
@@ -417,12 +437,23 @@ def main() -> int:
     parser.add_argument("--litellm", default="/tmp/gw-litellm", help="LiteLLM's venv")
     parser.add_argument("--router", default="/tmp/gw-router", help="vllm-router's venv")
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
+    parser.add_argument(
+        "--port-base",
+        type=int,
+        default=int(os.environ.get("BENCH_PORT_BASE", "0")),
+        help="servers listen on consecutive ports from here (default: any free ports)",
+    )
     args = parser.parse_args()
 
     sys.path.insert(0, str(BENCH_DIR))
     from support import scratch_django
 
     from controlplane.embedded import free_port
+
+    taken = iter(range(args.port_base, args.port_base + 100)) if args.port_base else None
+
+    def next_port() -> int:
+        return next(taken) if taken is not None else free_port()
 
     cpus = sorted(os.sched_getaffinity(0))
     pin = not args.no_pin and len(cpus) >= 2
@@ -433,7 +464,7 @@ def main() -> int:
     with scratch_django("gateway_overhead"):
         if other_cpus:
             os.sched_setaffinity(0, other_cpus)
-        stub_port = free_port()
+        stub_port = next_port()
         stub_url = f"http://127.0.0.1:{stub_port}"
         key = _create_caller(stub_url)
         import uvloop
@@ -458,7 +489,7 @@ def main() -> int:
                     "direct", f"{stub_url}/v1/chat/completions", plain, stub.pid, bodies, args
                 )
             )
-            port = free_port()
+            port = next_port()
             with _process(
                 _uvicorn_command("controlplane.asgi:application", port, REPO), cpus=server_cpus
             ) as gateway:
@@ -477,7 +508,7 @@ def main() -> int:
                 metered = _usage_queue_length() - queued
             litellm = Path(args.litellm) / "bin" / "litellm"
             if litellm.exists():
-                port = free_port()
+                port = next_port()
                 command = [
                     str(litellm),
                     "--config",
@@ -505,7 +536,7 @@ def main() -> int:
                 print(f"LiteLLM not found at {litellm}: pip install 'litellm[proxy]' there")
             router = Path(args.router) / "bin" / "vllm-router"
             if router.exists():
-                port = free_port()
+                port = next_port()
                 command = [
                     str(router),
                     "--worker-urls",
@@ -515,7 +546,7 @@ def main() -> int:
                     "--port",
                     str(port),
                     "--prometheus-port",
-                    str(free_port()),
+                    str(next_port()),
                 ]
                 with _process(command, cpus=server_cpus) as proc:
                     _wait_http(f"http://127.0.0.1:{port}/v1/models", proc, timeout=60)

@@ -19,6 +19,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from frontend.routing import websocket_urlpatterns  # noqa: E402
 from gateway.app import app as gateway_app  # noqa: E402
+from gateway.app import lifespan  # noqa: E402
 
 GATEWAY_PREFIX = "/v1/"
 
@@ -39,6 +40,8 @@ async def http_router(
 application = ProtocolTypeRouter(
     {
         "http": http_router,
+        # The gateway's worker connections are closed on shutdown (gateway.app.lifespan).
+        "lifespan": lifespan,
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -1,23 +1,32 @@
 """The OpenAI-compatible data plane: a Starlette app mounted at ``/v1`` beside Django.
 
-No Django middleware on the hot path. Routes are adapters: every model request goes
-through ``gateway.pipeline.handle`` (the whole pipeline, in one readable function).
-Every error, 404 and 405 included, is OpenAI's error shape with a stable ``code``.
+No Django middleware on the hot path, and no Starlette middleware either: ``app`` sends
+the two model routes (``POST``) straight to ``gateway.pipeline.handle`` (the whole
+pipeline, in one readable function) and everything else through the Starlette app (its
+router, ``/v1/models``, 404 and 405). Every error is OpenAI's error shape with a stable
+``code``; an unexpected exception is ``500 internal_error``, as Starlette's handler
+below answers it.
 """
 
 from __future__ import annotations
+
+import logging
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
+from gateway import upstream
 from gateway.adapters.vllm import prefix_index
 from gateway.directory import directory
 from gateway.errors import GatewayError
 from gateway.identity import identify
 from gateway.pipeline import handle
+
+logger = logging.getLogger(__name__)
 
 
 async def list_models(request: Request) -> Response:
@@ -81,6 +90,36 @@ def create_app() -> Starlette:
     )
 
 
-app = create_app()
+_routes = create_app()
+_MODEL_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
 
-__all__ = ["app", "create_app", "prefix_index"]
+
+async def app(scope: Scope, receive: Receive, send: Send) -> None:
+    """The gateway's ASGI app: model requests to the pipeline, the rest to ``_routes``."""
+    kind = _MODEL_ROUTES.get(scope["path"]) if scope["type"] == "http" else None
+    if kind is None or scope["method"] != "POST":
+        await _routes(scope, receive, send)
+        return
+    request = Request(scope, receive)
+    try:
+        response = await handle(request, kind)
+    except Exception:
+        logger.exception("gateway request failed", extra={"path": scope["path"]})
+        response = await _server_error(request, RuntimeError("unhandled"))
+    await response(scope, receive, send)
+
+
+async def lifespan(scope: Scope, receive: Receive, send: Send) -> None:
+    """ASGI lifespan: on shutdown, close the worker connections (``gateway.upstream``)
+    so the process ends without aiohttp's "Unclosed connector" warning."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await upstream.close()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+__all__ = ["app", "create_app", "lifespan", "prefix_index"]

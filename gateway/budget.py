@@ -17,7 +17,6 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from billing.services import budget_reservations as holds
-from gateway import hotpath_redis
 from gateway.directory import REFRESH_SECONDS
 from gateway.errors import GatewayError
 from gateway.identity import Identity
@@ -62,19 +61,21 @@ def hold_ttl_seconds() -> float:
     return settings.CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS + 30.0
 
 
-async def reserve(identity: Identity, *, amount_micros: int | None, request_id: str) -> Hold | None:
-    """Hold ``amount_micros`` (None: the request has no price) or refuse with 402.
+async def plan(identity: Identity, *, amount_micros: int | None, request_id: str) -> Hold | None:
+    """The hold this request needs (None: no budget applies, nothing to hold), or 402.
 
-    No budget: None, nothing held. No price under a hard budget: ``price_not_found``
-    (fail closed: reserving 0 would let the request through unbounded). No price under
-    soft budgets only: a hold of 0 (the ledger prices the usage when a price appears).
+    No price under a hard budget: ``price_not_found`` (fail closed: reserving 0 would
+    let the request through unbounded). No price under soft budgets only: a hold of 0
+    (the ledger prices the usage when a price appears). ``gateway.limits.admit`` takes
+    the hold, atomically with the rate limits.
     """
     periods = await periods_for(identity)
     if not periods:
         return None
     if amount_micros is None:
         if any(p.hard for p in periods):
-            await _audit_refusal(identity, request_id, periods[0], {"reason": "price_not_found"})
+            details = {"reason": "price_not_found", "request_id": request_id}
+            await _audit_refusal(identity, periods[0], details)
             raise GatewayError(
                 402,
                 "price_not_found",
@@ -82,52 +83,60 @@ async def reserve(identity: Identity, *, amount_micros: int | None, request_id: 
                 "is refused rather than run unbounded. Ask an operator to add a price.",
             )
         amount_micros = 0
-    hold = Hold(
+    return Hold(
         hold_id=holds.hold_new_id(),
         periods=periods,
         amount_micros=amount_micros,
         tenant_id=identity.tenant_id,
         principal_id=identity.principal_id,
     )
-    script = hotpath_redis.script(holds.RESERVE_SCRIPT)
-    for attempt in range(2):
-        keys, args = holds.reserve_args(
-            periods=hold.periods,
-            hold_id=hold.hold_id,
-            amount_micros=amount_micros,
-            ttl_seconds=hold_ttl_seconds(),
-        )
-        outcome = holds.reserve_outcome(await script(keys=keys, args=args), hold.periods)
-        if outcome is None:
-            return hold
-        if outcome is False and attempt == 0:  # Redis lost or expired the hash: reload
-            hold.periods = await periods_for(identity, fresh=True)
-            continue
-        if outcome is False:
-            raise GatewayError(503, "budget_unavailable", "Budget counters are unavailable.")
-        details = {
-            "budget": outcome.period.budget_id,
-            "limit_micros": outcome.limit_micros,
-            "spent_micros": outcome.spent_micros,
-            "reserved_micros": outcome.reserved_micros,
-            "estimate_micros": amount_micros,
-        }
-        await _audit_refusal(identity, request_id, outcome.period, details)
-        raise GatewayError(
-            402,
-            "budget_exceeded",
-            "The request would exceed the budget's hard limit.",
-            details=details,
-        )
-    raise AssertionError("unreachable")
 
 
-async def settle(hold: Hold | None, *, actual_micros: int) -> None:
-    """Drop the hold and book ``actual_micros`` (0: a release). Idempotent, never raises."""
+def reserve_part(hold: Hold) -> tuple[list[str], list[str]]:
+    """KEYS and ARGV of billing's reserve script for ``hold`` (its expiry from now)."""
+    return holds.reserve_args(
+        periods=hold.periods,
+        hold_id=hold.hold_id,
+        amount_micros=hold.amount_micros,
+        ttl_seconds=hold_ttl_seconds(),
+    )
+
+
+async def reserve_outcome(
+    identity: Identity, hold: Hold, reply: list[Any], request_id: str
+) -> bool:
+    """True: held. False: a period is not loaded in Redis (reload it, then retry).
+    Raises ``402 budget_exceeded`` (audited) when a hard limit refuses."""
+    outcome = holds.reserve_outcome(reply, hold.periods)
+    if outcome is None:
+        return True
+    if outcome is False:
+        return False
+    details = {
+        "budget": outcome.period.budget_id,
+        "limit_micros": outcome.limit_micros,
+        "spent_micros": outcome.spent_micros,
+        "reserved_micros": outcome.reserved_micros,
+        "estimate_micros": hold.amount_micros,
+        "request_id": request_id,
+    }
+    await _audit_refusal(identity, outcome.period, details)
+    details.pop("request_id")
+    raise GatewayError(
+        402,
+        "budget_exceeded",
+        "The request would exceed the budget's hard limit.",
+        details=details,
+    )
+
+
+def settle_part(hold: Hold | None, *, actual_micros: int) -> tuple[list[str], list[str]] | None:
+    """KEYS and ARGV of billing's settle script: drop the hold, book ``actual_micros``
+    (0: a release). None when there is nothing to settle; marks the hold settled."""
     if hold is None or hold.settled:
-        return
+        return None
     hold.settled = True
-    keys, args = holds.settle_args(
+    return holds.settle_args(
         periods=hold.periods,
         hold_id=hold.hold_id,
         tenant_id=hold.tenant_id,
@@ -135,16 +144,9 @@ async def settle(hold: Hold | None, *, actual_micros: int) -> None:
         amount_micros=hold.amount_micros,
         actual_micros=max(0, actual_micros),
     )
-    try:
-        await hotpath_redis.script(holds.SETTLE_SCRIPT)(keys=keys, args=args)
-    except Exception:
-        # The hold expires on its own; the usage ledger still has the request.
-        logger.exception("budget settle failed", extra={"hold": hold.hold_id})
 
 
-def _audit(
-    identity: Identity, request_id: str, period: holds.PeriodView, details: dict[str, Any]
-) -> None:
+def _audit(identity: Identity, period: holds.PeriodView, details: dict[str, Any]) -> None:
     from audit.services.denials import audit_denial
     from tenants.actor import Actor, AuthMethod
 
@@ -161,14 +163,14 @@ def _audit(
         tenant=authenticated.tenant,
         target_type="budget",
         target_id=period.budget_id,
-        details={**details, "request_id": request_id},
+        details=details,
     )
 
 
 async def _audit_refusal(
-    identity: Identity, request_id: str, period: holds.PeriodView, details: dict[str, Any]
+    identity: Identity, period: holds.PeriodView, details: dict[str, Any]
 ) -> None:
     try:
-        await sync_to_async(_audit, thread_sensitive=False)(identity, request_id, period, details)
+        await sync_to_async(_audit, thread_sensitive=False)(identity, period, details)
     except Exception:
-        logger.exception("budget refusal not audited", extra={"request_id": request_id})
+        logger.exception("budget refusal not audited", extra={"budget": period.budget_id})

@@ -1,5 +1,5 @@
-"""One request, top to bottom: authenticate → authorize → rate-limit → route → price →
-reserve → send → meter/settle.
+"""One request, top to bottom: authenticate → authorize → route → price → rate-limit +
+reserve (one atomic step, ``gateway.limits``) → fair share → send → meter/settle.
 
 Every step runs once, here, for every provider; what differs per provider (the upstream
 request, where it goes, how its answer and usage look) is an adapter
@@ -9,8 +9,9 @@ slot, a budget hold) is given back by ``_Books.close``, which runs exactly once 
 request: at the end of the body, at the end (or abort) of a stream, or on the error.
 
 Hot-path cost: no database query in steady state (identity, budgets' periods, rate
-limits, prices and the worker directory are cached for seconds); Redis: one script for
-the rate limit, one to reserve, one to settle, one batched push for metering.
+limits, prices and the worker directory are cached for seconds); Redis: one script to
+admit (rate limits and the hold), one to close (release and settle), both group-committed
+across concurrent requests, a shared routing read, one batched push for metering.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from billing.pricing import UsageCounts
 from controlplane.request_context import sanitize_request_id
-from gateway import budget, fairshare, pricing, ratelimit
+from gateway import budget, fairshare, limits, pricing, ratelimit
 from gateway.adapters.base import Adapter, Call, Target, Upstream
 from gateway.adapters.registry import adapter_for
 from gateway.directory import CacheView, directory
@@ -58,25 +59,10 @@ async def handle(request: Request, kind: str) -> Response:
         adapter = await adapter_for(call.model, call.cache)
         adapter.prepare(call)  # honoured or refused: never silently dropped
         books.open(call, adapter.provider)
-        # 3. rate-limit: key and tenant requests/min, tokens/min, concurrency.
-        books.admission = await ratelimit.admit(
-            tenant_id=identity.tenant_id,
-            key_id=identity.key_id,
-            call_id=request_id + ":" + str(id(call)),
-            estimated_tokens=call.estimated_tokens,
-        )
-        # 4. route: where it goes, then a fair share of that pool when it is saturated.
+        # 3. route: where it goes (the pool, hence the price).
         target = await adapter.route(call)
         books.target = target
-        books.queue = fairshare.queue_for(target.share_key, target.capacity)
-        await books.queue.acquire(
-            tenant=identity.tenant_id,
-            weight=books.admission.weight,
-            priority=call.priority,
-            timeout=_queue_timeout(),
-        )
-        books.slot = True
-        # 5. price (now that the pool is known) and 6. reserve its upper bound.
+        # 4. price (now that the pool is known): the request's upper bound.
         books.rates = await pricing.rates(adapter.provider, call.model, target.pool)
         estimate = (
             pricing.upper_bound_micros(
@@ -87,7 +73,26 @@ async def handle(request: Request, kind: str) -> Response:
             if books.rates is not None
             else None
         )
-        books.hold = await budget.reserve(identity, amount_micros=estimate, request_id=request_id)
+        # 5. rate-limit (key and tenant requests/min, tokens/min, concurrency) and
+        # reserve the estimate on every budget that applies: one atomic step in Redis.
+        books.admission = await ratelimit.plan(
+            tenant_id=identity.tenant_id,
+            key_id=identity.key_id,
+            call_id=request_id + ":" + str(id(call)),
+            estimated_tokens=call.estimated_tokens,
+        )
+        hold = await budget.plan(identity, amount_micros=estimate, request_id=request_id)
+        await limits.admit(identity, books.admission, hold, request_id=request_id)
+        books.hold = hold
+        # 6. a fair share of the pool when it is saturated.
+        books.queue = fairshare.queue_for(target.share_key, target.capacity)
+        await books.queue.acquire(
+            tenant=identity.tenant_id,
+            weight=books.admission.weight,
+            priority=call.priority,
+            timeout=_queue_timeout(),
+        )
+        books.slot = True
         # 7. send through the adapter.
         upstream_started = time.perf_counter()
         books.sent = True
@@ -271,8 +276,12 @@ class _Books:
         )
         used = usage.prompt_tokens + usage.output_tokens
         try:
-            await ratelimit.finish(self.admission, actual_tokens=used if self.sent else 0)
-            await budget.settle(self.hold, actual_micros=pricing.cost_micros(self.rates, counts))
+            await limits.close(
+                self.admission,
+                self.hold,
+                actual_tokens=used if self.sent else 0,
+                actual_micros=pricing.cost_micros(self.rates, counts),
+            )
         except Exception:
             logger.exception("closing the books failed", extra={"request_id": call.request_id})
         if not self.sent:

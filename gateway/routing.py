@@ -183,6 +183,8 @@ class RouteDecision:
 # id(loop) → (loop, client): a finished loop's id can be reused by a new loop, whose
 # client must not be the dead loop's (the loop itself is compared, as in hotpath_redis).
 _clients: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
+#: Workers (sorted names) → whether the KV index was fresh for them at the last look.
+_index_fresh: dict[tuple[str, ...], bool] = {}
 
 
 def _redis_url() -> str | None:
@@ -260,6 +262,8 @@ async def route_request(
     yet are claimed for it (a pending placement) and one request is reserved on it, so the
     next lookup of any replica already sees both. Any Redis failure degrades to the
     approximate mode with this replica's own counts; routing never fails a request.
+    While the index was stale at the pool's last look, the prompt is not tokenized (the
+    call only reads); the first request that finds it fresh again hashes and decides.
 
     The exact decision (scores are blocks held or claimed, consecutive from block 0):
     a prompt mostly new to every worker (best < ``MATCH_THRESHOLD`` of its blocks) goes
@@ -277,31 +281,43 @@ async def route_request(
     # fallback is warm the moment the event index goes stale.
     chain = prefix_chain(text, salt=salt, block_size=block_size)
     enabled = _index_enabled()
-    hashes = (
-        request_block_hashes(
-            body, kind=kind, engine=workers[0].engine, salt=salt, block_size=block_size
-        )
-        if enabled
-        else None
-    )
-    # A new prefix lands by rendezvous on its first block (``KEY_BLOCK``), salted: one
-    # tenant's prompts start on one worker and spill to the next under load. (Keying on a
-    # deeper block, to spread a tenant's documents, measured worse: 0.86 vs 0.92 x oracle.)
-    if session:
-        key = f"s:{tenant_id}:{session}"
-    elif hashes:
-        key = str(hashes[min(len(hashes), KEY_BLOCK) - 1])
-    else:
-        key = f"{tenant_id}:{text[:256]}"
-    ranked = rendezvous_order(key, workers)
-    names = [w.name for w in ranked]
+    pool_key = tuple(sorted(w.name for w in workers))
+    # While the index was stale at this pool's last look (workers without KV events),
+    # requests skip the tokenizing and hashing: the script still reads the index's
+    # freshness (and the fleet's load), and the first request that finds it fresh again
+    # hashes and decides at once, in a second call.
+    hash_now = enabled and _index_fresh.get(pool_key, True)
+    client = fleet_client()
     load = dict(inflight)
     decision: RouteDecision | None = None
-    reason = "disabled" if not enabled else "no_tokenizer" if hashes is None else ""
-    client = fleet_client()
-    if client is None:
-        reason = reason or "no_redis"
-    else:
+    reason = ""
+    for _attempt in range(2):
+        hashes = (
+            request_block_hashes(
+                body, kind=kind, engine=workers[0].engine, salt=salt, block_size=block_size
+            )
+            if hash_now
+            else None
+        )
+        # A new prefix lands by rendezvous on its first block (``KEY_BLOCK``), salted: one
+        # tenant's prompts start on one worker and spill to the next under load. (Keying
+        # on a deeper block, to spread a tenant's documents, measured worse: 0.86 vs 0.92
+        # x oracle.)
+        if session:
+            key = f"s:{tenant_id}:{session}"
+        elif hashes:
+            key = str(hashes[min(len(hashes), KEY_BLOCK) - 1])
+        else:
+            key = f"{tenant_id}:{text[:256]}"
+        ranked = rendezvous_order(key, workers)
+        names = [w.name for w in ranked]
+        if not enabled:
+            reason = "disabled"
+        elif hash_now and hashes is None:
+            reason = "no_tokenizer"
+        if client is None:
+            reason = reason or "no_redis"
+            break
         now = time.time()
         member = f"{replica}:{next(_reservation_ids)}"
         try:
@@ -320,26 +336,35 @@ async def route_request(
             )
             reply = await _script(client, kv_index.ROUTE_LUA)(keys=keys, args=args)
             fresh, _held, scored, fleet, order = kv_index.parse_route(reply, workers=names)
-            # This replica's own counts are exact and newer than what it published.
-            load = {n: max(fleet.get(n, 0), inflight.get(n, 0)) for n in names}
-            if order:
-                candidates = [ranked[i] for i in order]
-                _remember_reservation(candidates[0].name, now, member)
-                holders = sorted((n for n in names if scored[n]), key=lambda n: -scored[n])
-                decision = RouteDecision(
-                    candidates=candidates,
-                    mode="exact",
-                    reason="fresh",
-                    available_tokens=max(scored.values(), default=0) * block_size,
-                    routed_tokens=scored[candidates[0].name] * block_size,
-                    chain=chain,
-                    holders=tuple(holders),
-                )
-            elif hashes is not None and not fresh:
-                reason = "stale_index"
         except Exception:
             logger.warning("routing lookup failed; approximate routing", exc_info=True)
             decision, reason = None, "redis_down"
+            break
+        # This replica's own counts are exact and newer than what it published.
+        load = {n: max(fleet.get(n, 0), inflight.get(n, 0)) for n in names}
+        if enabled:
+            if len(_index_fresh) > 1000:  # pools of finished tests
+                _index_fresh.clear()
+            _index_fresh[pool_key] = fresh
+        if order:
+            candidates = [ranked[i] for i in order]
+            _remember_reservation(candidates[0].name, now, member)
+            holders = sorted((n for n in names if scored[n]), key=lambda n: -scored[n])
+            decision = RouteDecision(
+                candidates=candidates,
+                mode="exact",
+                reason="fresh",
+                available_tokens=max(scored.values(), default=0) * block_size,
+                routed_tokens=scored[candidates[0].name] * block_size,
+                chain=chain,
+                holders=tuple(holders),
+            )
+            break
+        if enabled and not fresh and reason != "no_tokenizer":
+            reason = "stale_index"
+        if hash_now or not enabled or not fresh:
+            break
+        hash_now = True  # the index turned fresh since the last look: hash and decide
     if decision is None:
         decision = _approximate(
             chain=chain,
@@ -383,6 +408,7 @@ def forget_local_state() -> None:
     """
     _clients.clear()
     _reserved.clear()
+    _index_fresh.clear()
 
 
 def _remember_reservation(worker: str, now: float, member: str) -> None:

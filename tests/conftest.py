@@ -206,7 +206,7 @@ def live_server_url():
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(application, log_level="warning", lifespan="off", access_log=False)
+        uvicorn.Config(application, log_level="warning", lifespan="on", access_log=False)
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

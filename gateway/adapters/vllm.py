@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-import httpx
 from django.conf import settings
 from prometheus_client import Counter
 
@@ -197,16 +196,10 @@ class VllmAdapter:
             directory.release(worker.name)
 
         if response.status_code != 200:
-            try:
-                raw = await response.aread()
-            finally:
-                await close()
+            raw = await _read(response, close)
             raise reshape_error(response.status_code, raw, response.headers)
         if not call.stream:
-            try:
-                raw = await response.aread()
-            finally:
-                await close()
+            raw = await _read(response, close)
             payload = _json_or_none(raw)
             if not isinstance(payload, dict):
                 raise GatewayError(
@@ -221,7 +214,7 @@ class VllmAdapter:
         return result
 
     async def _relay(
-        self, call: Call, response: httpx.Response, worker: WorkerView, result: Upstream
+        self, call: Call, response: upstream.Response, worker: WorkerView, result: Upstream
     ) -> AsyncIterator[bytes]:
         """SSE events for the client: usage kept for metering, shown only as asked."""
         continuous, wants_usage = call.extra["continuous"], call.client_wants_usage
@@ -255,6 +248,18 @@ class VllmAdapter:
                 yield event
 
 
+async def _read(response: upstream.Response, close: Callable[[], Awaitable[None]]) -> bytes:
+    """The whole body, then the connection back to the pool (or closed)."""
+    try:
+        return await response.aread()
+    except upstream.UpstreamTimeout:
+        raise GatewayError(504, "upstream_timeout", "The worker did not answer in time.") from None
+    except upstream.UpstreamError as exc:
+        raise GatewayError(502, "upstream_error", f"The worker connection failed: {exc}") from None
+    finally:
+        await close()
+
+
 def _prompt_text(call: Call) -> str:
     from gateway.requests import prompt_text
 
@@ -283,7 +288,7 @@ def _json_or_none(raw: bytes) -> Any:
         return None
 
 
-def reshape_error(status: int, raw: bytes, headers: httpx.Headers) -> GatewayError:
+def reshape_error(status: int, raw: bytes, headers: Mapping[str, str]) -> GatewayError:
     """A worker's error answer in the gateway's shape, its status and Retry-After kept."""
     payload = _json_or_none(raw)
     message, param = f"The worker answered {status}.", None
@@ -310,16 +315,15 @@ def reshape_error(status: int, raw: bytes, headers: httpx.Headers) -> GatewayErr
 
 async def _send(
     candidates: list[WorkerView], path: str, body: dict[str, Any], headers: dict[str, str]
-) -> tuple[WorkerView, httpx.Response]:
+) -> tuple[WorkerView, upstream.Response]:
     """Send to the first candidate that accepts a connection (failover on connect errors).
 
-    A connection that breaks before the worker answered anything (``RemoteProtocolError``
-    "server disconnected without sending a response", a reset while writing or reading)
-    is sent once more, to the same worker on a connection opened for it: typically a
-    kept-alive connection the worker closed for idleness just as the gateway reused it
-    (uvicorn's and httpx's idle timeouts are both 5 s; connections that went idle
-    together after a burst are closed together, so another pooled one may be closing
-    too). Nothing has reached the client then, and a
+    A connection that breaks before the worker answered anything (the worker closed it
+    without sending a response, or reset it while the request was written or the answer
+    awaited) is sent once more, to the same worker on a connection opened for it:
+    typically a kept-alive connection the worker closed for idleness just as the gateway
+    reused it (connections that went idle together after a burst are closed together, so
+    another pooled one may be closing too). Nothing has reached the client then, and a
     request that did run twice costs the worker a prefill but books only the answer the
     client gets. Once per request; a second break is the 502 it always was.
     """
@@ -329,48 +333,36 @@ async def _send(
         while True:
             directory.acquire(worker.name)
             try:
-                if retried:
-                    response = await _post_fresh(worker.base_url + path, body, headers)
-                else:
-                    response = await upstream.pool().post(
-                        worker.base_url + path, json=body, headers=headers
-                    )
+                response = await upstream.post(
+                    worker.base_url + path, json=body, headers=headers, fresh=retried
+                )
                 return worker, response
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            except upstream.ConnectFailed as exc:
                 directory.release(worker.name)
                 prefix_index.forget_worker(worker.name)
                 last_error = f"{worker.name}: {exc}"
                 break
-            except httpx.TimeoutException:
+            except upstream.UpstreamTimeout:
                 directory.release(worker.name)
                 raise GatewayError(
                     504, "upstream_timeout", "The worker did not answer in time."
                 ) from None
-            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            except upstream.ConnectionDropped as exc:
                 directory.release(worker.name)
                 if retried:
                     raise GatewayError(
-                        502, "upstream_error", f"The worker connection failed: {exc!r}"
+                        502, "upstream_error", f"The worker connection failed: {exc}"
                     ) from None
                 retried = True
-                UPSTREAM_RETRIES.labels(reason=type(exc).__name__).inc()
-            except httpx.HTTPError as exc:
+                UPSTREAM_RETRIES.labels(reason=exc.reason).inc()
+            except upstream.UpstreamError as exc:
                 directory.release(worker.name)
                 raise GatewayError(
                     502, "upstream_error", f"The worker connection failed: {exc}"
                 ) from None
+            except BaseException:  # cancelled (the client went away): not in flight any more
+                directory.release(worker.name)
+                raise
     raise GatewayError(
         503, "upstream_unavailable", f"No worker accepted the request ({last_error})."
     )
-
-
-async def _post_fresh(url: str, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
-    """POST on a new connection of its own (closed with the response): the retry."""
-    transport = httpx.AsyncHTTPTransport(
-        limits=httpx.Limits(max_connections=1, max_keepalive_connections=0)
-    )
-    timeout = httpx.Timeout(settings.CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS, connect=5.0)
-    request = httpx.Request(
-        "POST", url, json=body, headers=headers, extensions={"timeout": timeout.as_dict()}
-    )
-    return await transport.handle_async_request(request)

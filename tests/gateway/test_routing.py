@@ -181,6 +181,42 @@ def test_a_stale_index_falls_back_to_the_approximate_guess(redis_flush):
     assert decision.chain  # still recorded in the approximate index after the answer
 
 
+def test_the_first_request_that_finds_a_stale_index_fresh_again_is_routed_exactly(redis_flush):
+    """One gateway process: after a stale look it skips hashing, yet loses no request."""
+    from gateway import routing
+    from workers import kv_index
+
+    workers = _workers()
+    names = [w.name for w in workers]
+    _hold(redis_flush, "w2", BODY)
+    kv_index.mark_live(redis_flush, workers=names, now=time.time() - 60)
+
+    async def route():
+        return await routing.route_request(
+            body=BODY,
+            kind="chat",
+            text=BODY["messages"][0]["content"],
+            workers=workers,
+            salt="tenant-a",
+            tenant_id="t",
+            session=None,
+            inflight={},
+            approx_index=PrefixIndex(),
+            replica="test",
+        )
+
+    async def go():
+        routing.forget_local_state()
+        stale = [await route(), await route()]
+        kv_index.mark_live(redis_flush, workers=names)
+        return stale, await route()
+
+    stale, fresh = asyncio.run(go())
+    assert [(d.mode, d.reason) for d in stale] == [("approximate", "stale_index")] * 2
+    assert (fresh.mode, fresh.reason) == ("exact", "fresh")
+    assert fresh.candidates[0].name == "w2"
+
+
 # --- pending placements: routing intent every replica sees before the events arrive -----
 
 NEW = {

@@ -13,6 +13,7 @@ import pytest
 
 from gateway import upstream
 from gateway.adapters.vllm import UPSTREAM_RETRIES, _send
+from gateway.app import lifespan
 from gateway.directory import WorkerView, directory
 from gateway.errors import GatewayError
 
@@ -49,7 +50,7 @@ async def _worker(drops: int):
 
 def _run(drops: int):
     async def go():
-        await upstream.pools_close()
+        await upstream.close()
         server, view, seen = await _worker(drops)
         try:
             worker, response = await _send([view], "/v1/chat/completions", {"x": 1}, {})
@@ -62,13 +63,13 @@ def _run(drops: int):
             return body, seen["requests"]
         finally:
             server.close()
-            await upstream.pools_close()
+            await upstream.close()
 
     return asyncio.run(go())
 
 
 def _retries() -> float:
-    return UPSTREAM_RETRIES.labels(reason="RemoteProtocolError")._value.get()
+    return UPSTREAM_RETRIES.labels(reason="server_disconnected")._value.get()
 
 
 @pytest.mark.django_db
@@ -88,3 +89,23 @@ def test_a_second_break_is_a_502_and_there_is_no_third_try():
     assert (refused.status, refused.code) == (502, "upstream_error")
     assert requests == 2
     assert directory.inflight.get("w-retry", 0) == 0
+
+
+def test_lifespan_shutdown_closes_the_worker_session():
+    async def go():
+        session = upstream.session()
+        messages = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+        sent: list[str] = []
+
+        async def receive():
+            return messages.pop(0)
+
+        async def send(message):
+            sent.append(message["type"])
+
+        await lifespan({"type": "lifespan"}, receive, send)
+        return session.closed, sent
+
+    closed, sent = asyncio.run(go())
+    assert closed
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
