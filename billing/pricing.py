@@ -104,11 +104,6 @@ def line_nanos(tokens: int, rate_per_mtok: Decimal, *, keep_percent: int = 100) 
     return div_half_even(tokens * scaled(rate_per_mtok) * keep_percent, 1000 * 100)
 
 
-def line_micros(tokens: int, rate_per_mtok: Decimal) -> int:
-    """Cost of one line in whole µ$ (estimates and the console; the ledger books nanos)."""
-    return div_half_even(tokens * scaled(rate_per_mtok), SCALE)
-
-
 def _micro_seconds(seconds: Decimal) -> int:
     return int(seconds.scaleb(6).to_integral_value(rounding=ROUND_HALF_EVEN))
 
@@ -279,9 +274,6 @@ class PoolRates:
             self.blocks_for(tokens) * _micro_seconds(seconds) * scaled(self.gpu_hour_usd) * 1000,
             3600 * SCALE * self.kv_blocks_per_gpu,
         )
-
-    def kv_micros(self, *, tokens: int, seconds: Decimal) -> int:
-        return nanos_to_micros(self.kv_nanos(tokens=tokens, seconds=seconds))
 
 
 COUNT_FIELDS = (
@@ -456,13 +448,6 @@ def storage_nanos(*, tokens: int, seconds: Decimal, rate_per_mtok_hour: Decimal)
     # tokens × scaled/1e6 USD/h × µs/3.6e9 h × 1e9 n$ = tokens × scaled × µs / 3.6e12.
     return div_half_even(
         tokens * scaled(rate_per_mtok_hour) * _micro_seconds(seconds), 3600 * SCALE * SCALE // 1000
-    )
-
-
-def storage_micros(*, tokens: int, seconds: Decimal, rate_per_mtok_hour: Decimal) -> int:
-    """Storage in whole µ$ (estimates; the ledger books :func:`storage_nanos`)."""
-    return nanos_to_micros(
-        storage_nanos(tokens=tokens, seconds=seconds, rate_per_mtok_hour=rate_per_mtok_hour)
     )
 
 

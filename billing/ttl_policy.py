@@ -189,13 +189,6 @@ def ttl_decision(
     )
 
 
-def pin_allowed(
-    *, budget_used_fraction: Decimal | float, near_budget: Decimal | float = Decimal("0.9")
-) -> bool:
-    """Whether a tenant may pin a new prefix or create a new cache under budget pressure."""
-    return _dec(budget_used_fraction) < _dec(near_budget)
-
-
 # --- The autopilot: a learned keep-alive per context -----------------------------------
 #
 # The hindsight optimum keeps a cache across a gap ``g`` between two queries iff storing

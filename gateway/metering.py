@@ -142,11 +142,6 @@ def _observe(meter: Meter) -> None:
         _series(TTFT, model).observe(meter.ttft_ms / 1000)
 
 
-def meter_finish(meter: Meter) -> None:
-    """Record one request (see :func:`meter_finish_many`)."""
-    meter_finish_many([meter])
-
-
 def meter_finish_many(meters: Sequence[Meter]) -> None:
     """Record finished requests: metrics, the usage queue, cache hits (runs in a thread).
 

@@ -11,9 +11,10 @@ from billing.pricing import (
     TokenRates,
     UsageCounts,
     gpu_cost,
-    line_micros,
+    line_nanos,
+    nanos_to_micros,
     round_micros,
-    storage_micros,
+    storage_nanos,
     token_cost,
 )
 
@@ -114,7 +115,7 @@ def test_exactly_200k_tokens_stays_in_the_base_tier() -> None:
 
 def test_rounding_is_half_even_once_on_the_total() -> None:
     half = D("0.5")
-    assert [line_micros(n, half) for n in (1, 3, 5, 7)] == [0, 2, 2, 4]
+    assert [nanos_to_micros(line_nanos(n, half)) for n in (1, 3, 5, 7)] == [0, 2, 2, 4]
     assert round_micros(D("2.5")) == 2 and round_micros(D("3.5")) == 4
     rates = TokenRates(
         input=half, cached_input=half, cache_write_5m=half, cache_write_1h=half, output=half
@@ -128,9 +129,9 @@ def test_rounding_is_half_even_once_on_the_total() -> None:
 
 def test_sub_micro_amounts_are_exact_decimals_not_floats() -> None:
     # 0.1 + 0.2 style errors cannot happen: 3 tokens × $0.1/M is exactly 0.3 µ$.
-    assert line_micros(3, D("0.1")) == 0
-    assert line_micros(30, D("0.1")) == 3
-    assert line_micros(1_000_000_000, D("0.000001")) == 1_000
+    assert line_nanos(3, D("0.1")) == 300
+    assert nanos_to_micros(line_nanos(30, D("0.1"))) == 3
+    assert nanos_to_micros(line_nanos(1_000_000_000, D("0.000001"))) == 1_000
 
 
 def test_a_failed_upstream_request_costs_exactly_what_the_provider_reported() -> None:
@@ -164,12 +165,13 @@ def test_kv_block_hours_are_charged_by_whole_blocks() -> None:
     # 1,000 tokens = 62.5 → 63 blocks of 16; half an hour = 31.5 block-hours;
     # 31.5 × $2.50 / 10,000 blocks per GPU = $0.007875 = 7,875 µ$.
     assert POOL.blocks_for(1_000) == 63
-    assert POOL.kv_micros(tokens=1_000, seconds=D(1800)) == 7_875
+    assert POOL.kv_nanos(tokens=1_000, seconds=D(1800)) == 7_875_000
 
 
 def test_storage_is_prorated_by_the_second() -> None:
     # 100k tokens × $4.50/M/h for 90 minutes = $0.675
-    assert storage_micros(tokens=100_000, seconds=D(5400), rate_per_mtok_hour=D("4.50")) == 675_000
+    nanos = storage_nanos(tokens=100_000, seconds=D(5400), rate_per_mtok_hour=D("4.50"))
+    assert nanos == 675_000_000
 
 
 @pytest.mark.parametrize("tokens", [0, 1, 199_999, 200_001, 1_000_000])

@@ -16,7 +16,6 @@ from billing.ttl_policy import (
     CacheEconomics,
     ewma_decay,
     ewma_update,
-    pin_allowed,
     ttl_decision,
 )
 
@@ -103,8 +102,6 @@ def test_near_the_budget_ttls_are_shortened_and_new_pins_refused() -> None:
         rate_per_hour=100.0, economics=PRO, remaining_ttl_seconds=60, budget_used_fraction=0.95
     )
     assert (short.action, short.ttl_seconds) == (EXPIRE, 60)
-    assert pin_allowed(budget_used_fraction=Decimal("0.89"))
-    assert not pin_allowed(budget_used_fraction=0.9)
 
 
 def test_a_cache_whose_hits_save_nothing_always_expires() -> None:
