@@ -13,10 +13,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from billing.services import budget_reservations as holds
+from controlplane.db import db_sync_to_async
 from gateway.directory import REFRESH_SECONDS
 from gateway.errors import GatewayError
 from gateway.identity import Identity
@@ -45,7 +45,7 @@ async def periods_for(identity: Identity, *, fresh: bool = False) -> list[holds.
     key = (identity.tenant_id, identity.principal_id)
     return await _periods.get(
         key,
-        lambda: sync_to_async(holds.budget_periods_load, thread_sensitive=False)(
+        lambda: db_sync_to_async(holds.budget_periods_load)(
             tenant_id=identity.tenant_id, principal_id=identity.principal_id
         ),
         fresh=fresh,
@@ -171,6 +171,6 @@ async def _audit_refusal(
     identity: Identity, period: holds.PeriodView, details: dict[str, Any]
 ) -> None:
     try:
-        await sync_to_async(_audit, thread_sensitive=False)(identity, period, details)
+        await db_sync_to_async(_audit)(identity, period, details)
     except Exception:
         logger.exception("budget refusal not audited", extra={"budget": period.budget_id})

@@ -18,8 +18,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from asgiref.sync import sync_to_async
 from cachetools import TTLCache
+
+from controlplane.db import db_sync_to_async
 
 if TYPE_CHECKING:
     from caches.providers.vertex import VertexScope
@@ -98,7 +99,7 @@ class Directory:
             # Without any snapshot yet (a cold start), wait for the first load rather
             # than answer from an empty list (that would be a spurious model_not_found).
             if time.monotonic() - self.loaded_at >= REFRESH_SECONDS:
-                self.workers = await sync_to_async(_load_workers, thread_sensitive=False)()
+                self.workers = await db_sync_to_async(_load_workers)()
                 self.loaded_at = time.monotonic()
         return self.workers
 
@@ -136,7 +137,7 @@ class Directory:
         cached: CacheView | None | Literal[_Missing.MISSING] = self._caches.get(key, _MISSING)
         if cached is not _MISSING:
             return cached
-        view = await sync_to_async(_load_cache, thread_sensitive=False)(tenant_id, reference)
+        view = await db_sync_to_async(_load_cache)(tenant_id, reference)
         self._caches[key] = view
         return view
 
@@ -149,7 +150,7 @@ class Directory:
             return cached_scope
         from caches.providers.registry import vertex_scope_for_tenant
 
-        scope = await sync_to_async(vertex_scope_for_tenant, thread_sensitive=False)(tenant_id)
+        scope = await db_sync_to_async(vertex_scope_for_tenant)(tenant_id)
         self._scopes[tenant_id] = scope
         return scope
 

@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import sync_to_async
 from cachetools import TTLCache
 
+from controlplane.db import db_sync_to_async
 from controlplane.errors import DomainError
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ async def identify(
     token = token.strip()
     if not authorization or scheme.lower() != "bearer" or not token:
         # No usable credential: a denial like any other (coalesced per source).
-        await sync_to_async(_audit_unauthenticated, thread_sensitive=False)(source_ip, user_agent)
+        await db_sync_to_async(_audit_unauthenticated)(source_ip, user_agent)
         if not authorization:
             raise GatewayError(
                 401, "missing_api_key", "Provide an API key: Authorization: Bearer <key>."
@@ -176,16 +176,14 @@ async def identify(
     authenticated = api_key_cached(token)
     if authenticated is None:
         try:
-            authenticated = await sync_to_async(
-                api_key_authenticate_throttled, thread_sensitive=False
-            )(token=token, source_ip=source_ip, user_agent=user_agent)
+            authenticated = await db_sync_to_async(api_key_authenticate_throttled)(
+                token=token, source_ip=source_ip, user_agent=user_agent
+            )
         except TooManyFailures as locked:
             headers = {"Retry-After": str(locked.retry_after)}
             raise GatewayError(429, locked.code, locked.message, headers=headers) from None
         except ApiKeyRejected as rejected:
-            await sync_to_async(_audit_rejection, thread_sensitive=False)(
-                rejected, token, source_ip, user_agent
-            )
+            await db_sync_to_async(_audit_rejection)(rejected, token, source_ip, user_agent)
             status = 403 if rejected.code == "tenant_suspended" else 401
             raise GatewayError(status, rejected.code, rejected.message) from None
     key_id = str(authenticated.key.pk)
@@ -193,9 +191,7 @@ async def identify(
         cached = _identities.get(key_id)
     if cached is not None:
         return cached
-    identity = await sync_to_async(_resolve, thread_sensitive=False)(
-        authenticated, source_ip, user_agent
-    )
+    identity = await db_sync_to_async(_resolve)(authenticated, source_ip, user_agent)
     with _lock:
         _identities[key_id] = identity
     return identity

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from asgiref.sync import sync_to_async
 from prometheus_client import Counter, Histogram
 from prometheus_client.metrics import MetricWrapperBase
+
+from controlplane.db import db_sync_to_async
 
 logger = logging.getLogger(__name__)
 
@@ -254,9 +255,7 @@ class MeterQueue:
             batch, self._pending = self._pending, []
             error: Exception | None = None
             try:
-                await sync_to_async(meter_finish_many, thread_sensitive=False)(
-                    [meter for meter, _ in batch]
-                )
+                await db_sync_to_async(meter_finish_many)([meter for meter, _ in batch])
             except Exception as exc:
                 error = exc
             for _, written in batch:

@@ -23,12 +23,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from billing.pricing import UsageCounts
+from controlplane.db import db_sync_to_async
 from controlplane.request_context import sanitize_request_id
 from gateway import budget, fairshare, limits, pricing, ratelimit
 from gateway.adapters.base import Adapter, Call, Target, Upstream
@@ -169,7 +169,7 @@ async def _parse(
         validate_body(body, kind)
     except GatewayError as refused:
         if refused.code == "cache_salt_not_allowed":  # a security refusal: audited
-            await sync_to_async(identity_refused, thread_sensitive=False)(
+            await db_sync_to_async(identity_refused)(
                 identity, action="gateway.cache_salt.refuse", reason="client_cache_salt"
             )
         raise
@@ -209,7 +209,7 @@ async def _resolve_cache(
         )
     cache = await directory.cache(identity.tenant_id, reference)
     if cache is None:
-        await sync_to_async(_audit_cache_not_found, thread_sensitive=False)(identity, reference)
+        await db_sync_to_async(_audit_cache_not_found)(identity, reference)
         raise GatewayError(404, "cache_not_found", f"No live cache {reference!r}.", param="cache")
     if cache.model != body["model"]:
         raise GatewayError(

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from asgiref.sync import sync_to_async
 from cachetools import TTLCache
 
 from billing.pricing import Cost, UsageCounts, gpu_cost, token_cost
+from controlplane.db import db_sync_to_async
 
 RATES_CACHE_SECONDS = 60.0
 Rates = tuple[Callable[[UsageCounts, Any], Cost], Any]
@@ -73,7 +73,7 @@ async def rates(provider: str, model: str, pool: str) -> Rates | None:
         cached = _rates.get((provider, model, pool), _MISSING)
     if cached is not _MISSING:
         return cached
-    return await sync_to_async(rates_cached, thread_sensitive=False)(provider, model, pool)
+    return await db_sync_to_async(rates_cached)(provider, model, pool)
 
 
 def forget() -> None:

@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from controlplane.db import db_sync_to_async
 from gateway.errors import GatewayError
 from gateway.selectors import CallerLimits, Limits, rate_limits_for_key
 from gateway.singleflight import SingleFlightCache
@@ -133,9 +133,7 @@ class Admission:
 async def limits_for(tenant_id: str, key_id: str) -> CallerLimits:
     return await _limits.get(
         key_id,
-        lambda: sync_to_async(rate_limits_for_key, thread_sensitive=False)(
-            tenant_id=tenant_id, api_key_id=key_id
-        ),
+        lambda: db_sync_to_async(rate_limits_for_key)(tenant_id=tenant_id, api_key_id=key_id),
     )
 
 

@@ -43,7 +43,7 @@ CONSOLE_BUDGETS: dict[str, int] = {
     "/t/{t}/": 19,
     "/t/{t}/access/": 11,
     "/t/{t}/keys/": 9,
-    "/t/{t}/budgets/": 10,
+    "/t/{t}/budgets/": 11,  # budgets, alerts and the rate limits
     "/t/{t}/audit/": 7,
     "/t/{t}/break-even/": 10,
     "/platform/": 15,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
 from cachetools import TTLCache
 
+from controlplane.db import db_sync_to_async
 from gateway.adapters.base import Adapter
 from gateway.adapters.vertex import VertexAdapter
 from gateway.adapters.vllm import VllmAdapter
@@ -26,9 +26,7 @@ async def _known_vllm_model(model: str) -> bool:
     all its workers down is ``503 no_worker``, not ``404 model_not_found``."""
     found = _registered.get(model)
     if found is None:
-        found = _registered[model] = await sync_to_async(
-            _registered_anywhere, thread_sensitive=False
-        )(model)
+        found = _registered[model] = await db_sync_to_async(_registered_anywhere)(model)
     return found
 
 

@@ -25,9 +25,10 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import sync_to_async
 from cachetools import TTLCache
 from django.conf import settings
+
+from controlplane.db import db_sync_to_async
 
 if TYPE_CHECKING:
     from google import genai
@@ -578,6 +579,6 @@ async def _cache_token_count(cache_id: str) -> int:
     """The cache's token count (it never changes for a cache), cached a minute."""
     count = _cache_tokens.get(cache_id)
     if count is None:
-        count = await sync_to_async(_load_cache_tokens, thread_sensitive=False)(cache_id)
+        count = await db_sync_to_async(_load_cache_tokens)(cache_id)
         _cache_tokens[cache_id] = count
     return count
