@@ -45,6 +45,7 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
+from controlplane.env import env_float
 from gateway.directory import WorkerView
 from workers import kv_index, load_state
 from workers.request_hashing import request_block_hashes
@@ -59,7 +60,10 @@ HOLDERS = 3  # workers remembered per chain hash
 PRESSURE = 0.85
 KEY_BLOCK = 1  # exact mode: the block whose hash places a new prefix (the first)
 # Exact mode's load bound for real holders: 2 x the mean in flight.
-EXACT_EPSILON = float(os.environ.get("CACHEPLANE_ROUTING_HOLDER_EPSILON", "1.0"))
+# Read with the settings module's typed helper: a malformed value stops the process with
+# one line naming the variable (a bare float() would die with a traceback, and a negative
+# bound would make every holder "overloaded").
+EXACT_EPSILON = env_float("CACHEPLANE_ROUTING_HOLDER_EPSILON", 1.0, minimum=0.0)
 MATCH_THRESHOLD = 0.3  # exact mode: below this share of the prompt held, place by load
 
 ROUTES = Counter(

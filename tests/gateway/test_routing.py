@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from gateway.directory import WorkerView
 from gateway.routing import HOLDERS, PrefixIndex, order_candidates, prefix_chain
 
@@ -301,3 +303,21 @@ def test_a_routing_decision_reserves_a_slot_until_the_request_is_counted(redis_f
 
 async def _publish(routing, worker: str) -> None:
     await routing.publish_load(replica="gw-a", worker=worker, delta=+1)
+
+
+@pytest.mark.parametrize("raw", ["abc", "-0.5"])
+def test_a_malformed_holder_bound_stops_the_gateway_naming_the_variable(raw) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CACHEPLANE_ROUTING_HOLDER_EPSILON": raw}
+    run = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); import gateway.routing"],
+        env={**env, "DJANGO_SETTINGS_MODULE": "controlplane.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode != 0
+    assert "CACHEPLANE_ROUTING_HOLDER_EPSILON:" in run.stderr.splitlines()[-1]
