@@ -1,4 +1,5 @@
-"""Reads of billing data; see the topic modules (prices, usage, budgets)."""
+"""Reads of billing data; see the topic modules (prices, usage, usage_quotes, spend_export,
+budgets)."""
 
 from billing.selectors.budgets import (
     budget_alert_list,
@@ -13,16 +14,15 @@ from billing.selectors.prices import (
     pool_price_list,
     pool_price_resolve,
 )
+from billing.selectors.spend_export import spend_export_rows
 from billing.selectors.usage import (
     savings_summary,
     spend_by_cache,
-    spend_export_rows,
     spend_grouped,
     tenant_spend_micros,
-    usage_cost_quote,
-    usage_estimate_micros,
     usage_list,
 )
+from billing.selectors.usage_quotes import usage_cost_quote, usage_estimate_micros
 
 __all__ = [
     "PriceIndex",

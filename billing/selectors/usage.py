@@ -1,4 +1,7 @@
-"""Reading usage and spend: ledger rows, rollups, storage, savings, exports, quotes.
+"""Reading usage and spend: ledger rows, rollups, storage, savings.
+
+The CSV export is ``billing.selectors.spend_export``, cost quotes and reservation bounds
+``billing.selectors.usage_quotes``.
 
 Every tenant-owned read takes the tenant explicitly. Spend = request costs (ledger or
 rollups) + storage accruals. Sums are taken over the exact nano-USD columns and turned
@@ -7,38 +10,24 @@ into µ$ once, at the end (the price of the sum, never a sum of rounded prices).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from django.db.models import Count, F, Model, Q, QuerySet, Sum
+from django.db.models import Count, Model, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncDay
 
-from billing.errors import PriceNotFound
 from billing.models import (
     Granularity,
-    Provider,
     StorageAccrual,
     UsageRecord,
     UsageRollup,
 )
 from billing.pricing import (
-    Cost,
-    UsageCounts,
-    gpu_cost,
-    micros_ceil,
     nanos_to_micros,
-    request_cost_upper_bound,
-    token_cost,
-)
-from billing.selectors.prices import (
-    model_price_resolve,
-    pool_price_resolve,
-    pool_rates,
-    token_rates,
 )
 from tenants.models import Tenant
 
@@ -299,185 +288,3 @@ def savings_summary(*, tenant: Tenant, since: datetime, until: datetime) -> Savi
         spent_nanos=cost + storage,
         unpriced_requests=int(rollups["unpriced"]),
     )
-
-
-EXPORT_COLUMNS = (
-    "kind",
-    "occurred_at",
-    "request_id",
-    "provider",
-    "model",
-    "pool",
-    "worker",
-    "cache_id",
-    "api_key_id",
-    "status",
-    "prompt_tokens",
-    "cached_read_tokens",
-    "cache_write_5m_tokens",
-    "cache_write_1h_tokens",
-    "output_tokens",
-    "storage_seconds",
-    "price_version",
-    "cost_micros",
-    "cost_without_cache_micros",
-    "cost_usd",
-)
-
-
-def _usd(micros: int) -> str:
-    sign = "-" if micros < 0 else ""
-    whole, frac = divmod(abs(micros), 1_000_000)
-    return f"{sign}{whole}.{frac:06d}"
-
-
-def spend_export_rows(*, tenant: Tenant, since: datetime, until: datetime) -> Iterator[list[Any]]:
-    """Every ledger row and storage accrual in [since, until), in time order, for CSV.
-
-    Streams with server-side cursors (``iterator``) so memory stays flat at any size.
-    """
-    records = (
-        usage_list(tenant=tenant, since=since, until=until)
-        .order_by("occurred_at", "id")
-        .values_list(
-            "occurred_at",
-            "request_id",
-            "provider",
-            "model",
-            "pool",
-            "worker",
-            "cache_id",
-            "api_key_id",
-            "status",
-            "prompt_tokens",
-            "cached_read_tokens",
-            "cache_write_5m_tokens",
-            "cache_write_1h_tokens",
-            "output_tokens",
-            "price_version_id",
-            "pool_price_id",
-            "cost_micros",
-            "cost_without_cache_micros",
-        )
-    )
-    for r in records.iterator(chunk_size=2000):
-        price = f"model:{r[14]}" if r[14] else (f"pool:{r[15]}" if r[15] else "")
-        yield [
-            "request",
-            r[0].isoformat(),
-            r[1],
-            r[2],
-            r[3],
-            r[4],
-            r[5],
-            r[6] or "",
-            r[7] or "",
-            r[8],
-            r[9],
-            r[10],
-            r[11],
-            r[12],
-            r[13],
-            "",
-            price,
-            r[16],
-            r[17],
-            _usd(r[16]),
-        ]
-    accruals = (
-        StorageAccrual.objects.filter(tenant=tenant, hour__gte=since, hour__lt=until)
-        .annotate(seconds=F("covered_to") - F("covered_from"))
-        .order_by("hour", "id")
-        .values_list(
-            "hour",
-            "provider",
-            "model",
-            "pool",
-            "cache_id",
-            "seconds",
-            "price_version_id",
-            "pool_price_id",
-            "cost_micros",
-        )
-    )
-    for a in accruals.iterator(chunk_size=2000):
-        price = f"model:{a[6]}" if a[6] else (f"pool:{a[7]}" if a[7] else "")
-        yield [
-            "storage",
-            a[0].isoformat(),
-            "",
-            a[1],
-            a[2],
-            a[3],
-            "",
-            a[4],
-            "",
-            "ok",
-            "",
-            "",
-            "",
-            "",
-            "",
-            f"{a[5].total_seconds():.6f}",
-            price,
-            a[8],
-            a[8],
-            _usd(a[8]),
-        ]
-
-
-def usage_cost_quote(
-    *, provider: str, model: str, counts: UsageCounts, at: datetime, pool: str = ""
-) -> Cost:
-    """The cost the flush will book for these counts at ``at`` (for ``budget_settle``).
-
-    Takes any counts, partial ones included (an aborted stream's prompt and what was
-    streamed before the end). Raises PriceNotFound when no price covers it.
-    """
-    if provider == Provider.VLLM:
-        pool_price = pool_price_resolve(pool=pool, at=at)
-        if pool_price is None:
-            raise PriceNotFound(f"No GPU price for pool {pool!r}.")
-        return gpu_cost(counts, pool_rates(pool_price))
-    price = model_price_resolve(provider=provider, model=model, at=at)
-    if price is None:
-        raise PriceNotFound(f"No price for {provider}:{model}.")
-    return token_cost(counts, token_rates(price), at)
-
-
-def usage_estimate_micros(
-    *,
-    provider: str,
-    model: str,
-    prompt_tokens: int,
-    max_output_tokens: int,
-    at: datetime,
-    pool: str = "",
-    cache_tokens: int = 0,
-) -> int:
-    """A true upper bound of a request's cost before it runs, in µ$ rounded up.
-
-    See ``billing.pricing.request_cost_upper_bound``: ``cache_tokens`` are the tokens a
-    referenced cache adds on the provider's side, ``max_output_tokens`` the request's
-    ``max_tokens`` or the model's maximum output when the request sets none.
-    """
-    if provider == Provider.VLLM:
-        return micros_ceil(
-            usage_cost_quote(
-                provider=provider,
-                model=model,
-                pool=pool,
-                at=at,
-                counts=UsageCounts(prompt_tokens=prompt_tokens, output_tokens=max_output_tokens),
-            ).nanos
-        )
-    price = model_price_resolve(provider=provider, model=model, at=at)
-    if price is None:
-        raise PriceNotFound(f"No price for {provider}:{model}.")
-    bound = request_cost_upper_bound(
-        rates=token_rates(price),
-        prompt_tokens=prompt_tokens,
-        max_output_tokens=max_output_tokens,
-        cache_tokens=cache_tokens,
-    )
-    return micros_ceil(bound.nanos)

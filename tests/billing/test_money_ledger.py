@@ -24,7 +24,8 @@ from billing.models import (
     UsageRollup,
 )
 from billing.pricing import nanos_to_micros
-from billing.selectors.usage import savings_summary, spend_grouped, usage_estimate_micros
+from billing.selectors.usage import savings_summary, spend_grouped
+from billing.selectors.usage_quotes import usage_estimate_micros
 from billing.services import (
     budget_create,
     budget_reserve,

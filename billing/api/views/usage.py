@@ -27,7 +27,7 @@ from billing import selectors
 from billing.api import serializers as s
 from billing.api.views._common import _RANGE_PARAMS, _ByOccurred, _range
 from billing.models import UsageRecord
-from billing.selectors.usage import EXPORT_COLUMNS
+from billing.selectors.spend_export import EXPORT_COLUMNS
 from billing.services import breakeven as breakeven_service
 from controlplane.api.tenancy import TenantScopedMixin
 from controlplane.api.validation import validated
