@@ -18,6 +18,7 @@ from billing.api import serializers as s
 from billing.api.views._common import _ById
 from billing.models import ModelPrice, PoolPrice
 from billing.services import prices as price_services
+from billing.services.price_rates import MODEL_ALL_FIELDS, POOL_FIELDS
 from controlplane.api.tenancy import PlatformMixin
 from controlplane.api.validation import validated
 
@@ -29,7 +30,7 @@ def _rates(data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return rates
 
 
-_MODEL_RATE_NAMES = price_services.MODEL_ALL_FIELDS
+_MODEL_RATE_NAMES = MODEL_ALL_FIELDS
 
 
 @extend_schema(tags=["billing-platform"])
@@ -121,7 +122,7 @@ class PlatformPoolPriceViewSet(PlatformMixin, viewsets.GenericViewSet[PoolPrice]
         price = price_services.pool_price_create(
             actor=self.actor(),
             pool=data["pool"],
-            rates=_rates(data, price_services.POOL_FIELDS),
+            rates=_rates(data, POOL_FIELDS),
             source=data["source"],
             effective_from=data.get("effective_from"),
             effective_to=data.get("effective_to"),
@@ -135,7 +136,7 @@ class PlatformPoolPriceViewSet(PlatformMixin, viewsets.GenericViewSet[PoolPrice]
         price = price_services.pool_price_correct(
             actor=self.actor(),
             price=self.get_object(),
-            rates=_rates(data, price_services.POOL_FIELDS),
+            rates=_rates(data, POOL_FIELDS),
             source=data["source"],
             note=data.get("note", ""),
         )
