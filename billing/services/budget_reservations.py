@@ -49,7 +49,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from billing.models import BudgetPeriod
-from billing.services.budgets import budget_periods_applicable, budget_periods_charge
+from billing.services.budget_periods import budget_periods_applicable, budget_periods_charge
 from controlplane import ops
 
 logger = logging.getLogger(__name__)

@@ -18,31 +18,28 @@ Reservation algorithm (the hard limit holds before any work is done):
 3. settlement moves the hold to ``spent_micros`` with the actual cost (which may exceed
    the estimate: the work was done), release drops it, and a beat task expires holds
    nobody came back for.
+
+Which budgets apply and their period rows: ``billing.services.budget_periods``; the
+threshold alerts a settlement raises: ``billing.services.budget_alerts``.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any
-from uuid import UUID
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 
-from audit.services import audit_record
 from audit.services.denials import audit_denial
 from billing.errors import BudgetExceeded, BudgetNearLimit, InvalidUsage
 from billing.models import (
-    Budget,
-    BudgetAlert,
     BudgetPeriod,
     BudgetReservation,
     ReservationState,
-    WebhookState,
 )
+from billing.services.budget_alerts import budget_alerts_raise
 from billing.services.budget_crud import (  # noqa: F401 - the gateway imports these here
     DEFAULT_THRESHOLDS,
     budget_archive,
@@ -50,68 +47,12 @@ from billing.services.budget_crud import (  # noqa: F401 - the gateway imports t
     budget_rotate_secret,
     budget_update,
 )
-from billing.services.budget_periods import budget_period_ensure, period_bounds
+from billing.services.budget_periods import budget_period_ensure, budgets_applicable
 from billing.services.storage import storage_estimate_micros
 from tenants.actor import Actor, AuthMethod
 from tenants.models import Principal, Tenant
 
 CACHE_RESERVATION_GRACE = timedelta(hours=1)
-
-
-def _applicable_budgets(*, tenant: Tenant, principal_id: object, at: datetime) -> list[Budget]:
-    qs = Budget.objects.filter(tenant=tenant, archived_at__isnull=True)
-    if principal_id is None:
-        qs = qs.filter(principal__isnull=True)
-    else:
-        qs = qs.filter(Q(principal__isnull=True) | Q(principal_id=principal_id))
-    return [b for b in qs if period_bounds(b, at) is not None]
-
-
-def budget_periods_applicable(
-    *, tenant: Tenant, principal_id: object, at: datetime
-) -> list[BudgetPeriod]:
-    """The current period rows (created when missing) of every budget that applies to a
-    caller: the tenant-wide budgets plus the caller's service-account budgets. Read by the
-    gateway's Redis holds (``billing.services.budget_reservations``)."""
-    budgets = _applicable_budgets(tenant=tenant, principal_id=principal_id, at=at)
-    return [p for p in (budget_period_ensure(budget=b, at=at) for b in budgets) if p is not None]
-
-
-def budget_periods_charge(*, charges: dict[int, int]) -> None:
-    """Add settled spend to period rows (period id → micros) and raise crossed alerts.
-
-    Called by the batch flush of Redis holds, inside its transaction; rows are updated in
-    id order (the lock order of every budget writer).
-    """
-    moved = []
-    with connection.cursor() as cursor:
-        for period_id in sorted(charges):
-            spend = charges[period_id]
-            cursor.execute(
-                "UPDATE billing_budgetperiod SET spent_micros = spent_micros + %s WHERE id = %s "
-                "RETURNING id, budget_id, spent_micros, limit_micros, tenant_id",
-                [spend, period_id],
-            )
-            row = cursor.fetchone()
-            if row is not None:
-                moved.append(
-                    {
-                        "period_id": row[0],
-                        "budget_id": row[1],
-                        "old_spent": row[2] - spend,
-                        "new_spent": row[2],
-                        "limit": row[3],
-                        "tenant_id": row[4],
-                    }
-                )
-    by_tenant: dict[UUID | str, list[dict[str, Any]]] = {}
-    for m in moved:
-        by_tenant.setdefault(m["tenant_id"], []).append(m)
-    for tenant_id, rows in by_tenant.items():
-        _alerts_raise(tenant_id=tenant_id, moved=rows)
-
-
-# --- Reservations --------------------------------------------------------------------
 
 
 def _denial_actor(principal: Principal | None) -> Actor:
@@ -142,7 +83,7 @@ def budget_reserve(
     now = timezone.now()
     ttl = ttl or timedelta(seconds=settings.CACHEPLANE_BILLING_RESERVATION_TTL_SECONDS)
     principal_id = principal.pk if principal is not None else None
-    budgets = _applicable_budgets(tenant=tenant, principal_id=principal_id, at=now)
+    budgets = budgets_applicable(tenant=tenant, principal_id=principal_id, at=now)
     reservation = BudgetReservation(
         tenant=tenant,
         principal_id=principal_id,
@@ -244,7 +185,7 @@ def _pins_allowed_or_raise(
 
     now = timezone.now()
     principal_id = principal.pk if principal is not None else None
-    for budget in _applicable_budgets(tenant=tenant, principal_id=principal_id, at=now):
+    for budget in budgets_applicable(tenant=tenant, principal_id=principal_id, at=now):
         if not budget.hard_limit:
             continue
         period = budget_period_ensure(budget=budget, at=now)
@@ -329,7 +270,7 @@ def budget_settle(*, reservation: BudgetReservation, actual_micros: int) -> Budg
         locked.actual_micros = actual_micros
         locked.finished_at = timezone.now()
         locked.save(update_fields=["state", "actual_micros", "finished_at"])
-        _alerts_raise(tenant_id=locked.tenant_id, moved=moved)
+        budget_alerts_raise(tenant_id=locked.tenant_id, moved=moved)
     return locked
 
 
@@ -373,74 +314,3 @@ def budget_reservations_expire(*, now: datetime | None = None, limit: int | None
             state=ReservationState.EXPIRED, finished_at=now
         )
     return len(due)
-
-
-# --- Alerts --------------------------------------------------------------------------
-
-
-def _alerts_raise(*, tenant_id: UUID | str, moved: list[dict[str, Any]]) -> list[BudgetAlert]:
-    """Insert one alert per threshold newly crossed (the unique key makes it once only)."""
-    raised: list[BudgetAlert] = []
-    crossing = [m for m in moved if m["new_spent"] > m["old_spent"]]
-    if not crossing:
-        return raised
-    # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
-    budgets = Budget.objects.all_tenants().in_bulk([m["budget_id"] for m in crossing])
-    for m in crossing:
-        budget = budgets[m["budget_id"]]
-        for threshold in sorted(budget.thresholds):
-            # Integer comparison: spent/limit >= t% without any float.
-            if not m["old_spent"] * 100 < threshold * m["limit"] <= m["new_spent"] * 100:
-                continue
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "INSERT INTO billing_budgetalert (id, tenant_id, budget_id, period_id, "
-                    "threshold, spent_micros, limit_micros, created_at, webhook_state, "
-                    "webhook_attempts, webhook_last_error) "
-                    "VALUES (gen_random_uuid(), %s, %s, %s, %s, %s, %s, now(), %s, 0, '') "
-                    "ON CONFLICT (tenant_id, period_id, threshold) DO NOTHING RETURNING id",
-                    [
-                        tenant_id,
-                        budget.pk,
-                        m["period_id"],
-                        threshold,
-                        m["new_spent"],
-                        m["limit"],
-                        WebhookState.PENDING if budget.webhook_url else WebhookState.NONE,
-                    ],
-                )
-                row = cursor.fetchone()
-            if row is None:
-                continue
-            # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
-            alert = BudgetAlert.objects.all_tenants().select_related("tenant").get(pk=row[0])
-            audit_record(
-                actor=Actor.system("billing"),
-                action="billing.budget.threshold_crossed",
-                tenant=alert.tenant,
-                target_type="budget",
-                target_id=str(budget.pk),
-                details={
-                    "threshold": threshold,
-                    "spent_micros": m["new_spent"],
-                    "limit_micros": m["limit"],
-                    "alert": str(alert.pk),
-                },
-            )
-            from controlplane.live import platform_group, publish_on_commit, tenant_group
-
-            event = {
-                "budget": budget.name,
-                "threshold": threshold,
-                "tenant": alert.tenant.slug,
-                "spent_micros": m["new_spent"],
-                "limit_micros": m["limit"],
-            }
-            publish_on_commit(tenant_group(tenant_id, "alerts"), "billing.alert", event)
-            publish_on_commit(platform_group("alerts"), "billing.alert", event)
-            if budget.webhook_url:
-                from billing.tasks import budget_alert_deliver_task
-
-                transaction.on_commit(partial(budget_alert_deliver_task.delay, str(alert.pk)))
-            raised.append(alert)
-    return raised

@@ -29,7 +29,7 @@ from billing.services import (
     budget_settle,
     budget_update,
 )
-from billing.services.budgets import period_bounds
+from billing.services.budget_periods import period_bounds
 from billing.tasks import budget_reservations_expire_task
 from tenants.errors import UnknownPrincipal
 from tests.factories import ServiceAccountFactory, TenantFactory
