@@ -30,6 +30,8 @@ plus a margin) and every reserve on the period, and the beat sweep, drop expired
 first. The flush inserts one ``BudgetReservation`` row per settled hold (unique per
 ``(tenant, request_id)``: a replayed batch inserts nothing and charges nothing) and adds
 the sum of the inserted rows to ``BudgetPeriod.spent_micros``.
+
+The Lua scripts themselves are in ``billing.services.budget_hold_scripts``.
 """
 
 from __future__ import annotations
@@ -49,94 +51,17 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from billing.models import BudgetPeriod
+from billing.services.budget_hold_scripts import (
+    ADJUST_SCRIPT,
+    CLAIM_SCRIPT,
+    EXPIRE_SCRIPT,
+    RESERVE_SCRIPT,
+    SETTLE_SCRIPT,
+)
 from billing.services.budget_periods import budget_periods_applicable, budget_periods_charge
 from controlplane import ops
 
 logger = logging.getLogger(__name__)
-
-#: KEYS: per period (hash, holds, amounts). ARGV: hold id, amount, now ms, expiry ms.
-#: Returns {1} held, {2} replay (already held), {0, index, limit, spent, reserved,
-#: pg_reserved} refused by the period at ``index``, {-1, index} period not loaded.
-RESERVE_SCRIPT = """
-local hold, amount = ARGV[1], tonumber(ARGV[2])
-local now, expires = tonumber(ARGV[3]), ARGV[4]
-local periods = #KEYS / 3
-for i = 0, periods - 1 do
-  local h, z, a = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-  local stale = redis.call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, 200)
-  for _, id in ipairs(stale) do
-    redis.call('HINCRBY', h, 'reserved', -tonumber(redis.call('HGET', a, id) or '0'))
-    redis.call('HDEL', a, id)
-    redis.call('ZREM', z, id)
-  end
-  if redis.call('EXISTS', h) == 0 then return {-1, i} end
-  if redis.call('HEXISTS', a, hold) == 1 then return {2} end
-  local v = redis.call('HMGET', h, 'hard', 'limit', 'spent', 'reserved', 'pg_reserved')
-  local used = tonumber(v[3] or '0') + tonumber(v[4] or '0') + tonumber(v[5] or '0')
-  if v[1] == '1' and used + amount > tonumber(v[2]) then
-    return {0, i, v[2], v[3] or '0', v[4] or '0', v[5] or '0'}
-  end
-end
-for i = 0, periods - 1 do
-  redis.call('HINCRBY', KEYS[3 * i + 1], 'reserved', amount)
-  redis.call('HSET', KEYS[3 * i + 3], hold, amount)
-  redis.call('ZADD', KEYS[3 * i + 2], expires, hold)
-end
-return {1}
-"""
-
-#: KEYS: per period (hash, holds, amounts), then the done marker, then the settle queue.
-#: ARGV: hold id, actual, message (empty: a release, nothing to book), marker ttl (s).
-SETTLE_SCRIPT = """
-local hold, actual = ARGV[1], tonumber(ARGV[2])
-local n = #KEYS
-if redis.call('SET', KEYS[n - 1], '1', 'NX', 'EX', tonumber(ARGV[4])) == false then
-  return 0
-end
-for i = 0, (n - 2) / 3 - 1 do
-  local h, z, a = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-  local amount = redis.call('HGET', a, hold)
-  if amount then
-    redis.call('HINCRBY', h, 'reserved', -tonumber(amount))
-    redis.call('HDEL', a, hold)
-    redis.call('ZREM', z, hold)
-  end
-  if actual > 0 then redis.call('HINCRBY', h, 'spent', actual) end
-end
-if ARGV[3] ~= '' then redis.call('RPUSH', KEYS[n], ARGV[3]) end
-return 1
-"""
-
-#: KEYS: hash, holds, amounts of one period. ARGV: now ms. Drops expired holds.
-EXPIRE_SCRIPT = """
-local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[1]))
-for _, id in ipairs(stale) do
-  redis.call('HINCRBY', KEYS[1], 'reserved', -tonumber(redis.call('HGET', KEYS[3], id) or '0'))
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('ZREM', KEYS[2], id)
-end
-return #stale
-"""
-
-#: KEYS: hash of one period. ARGV: a spend delta (may be negative). Applied only to a
-#: loaded hash: an unloaded one is seeded from PostgreSQL on its next load anyway.
-ADJUST_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HINCRBY', KEYS[1], 'spent', tonumber(ARGV[1]))
-return 1
-"""
-
-#: Moves up to ARGV[1] settlements into a batch list registered with its claim time.
-CLAIM_SCRIPT = """
-local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
-if #items == 0 then return 0 end
-redis.call('LTRIM', KEYS[1], #items, -1)
-for i = 1, #items, 1000 do
-  redis.call('RPUSH', KEYS[2], unpack(items, i, math.min(i + 999, #items)))
-end
-redis.call('ZADD', KEYS[3], ARGV[2], KEYS[2])
-return #items
-"""
 
 
 def prefix() -> str:
@@ -406,7 +331,10 @@ def budget_period_live(*, period_id: int) -> dict[str, int]:
     return {k.decode(): int(v) for k, v in values.items()}
 
 
+# RESERVE_SCRIPT and SETTLE_SCRIPT are run by the gateway on its own client (gateway.limits).
 __all__ = [
+    "RESERVE_SCRIPT",
+    "SETTLE_SCRIPT",
     "BudgetPeriod",
     "PeriodView",
     "Refusal",

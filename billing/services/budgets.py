@@ -48,6 +48,7 @@ from billing.services.budget_crud import (  # noqa: F401 - the gateway imports t
     budget_update,
 )
 from billing.services.budget_periods import budget_period_ensure, budgets_applicable
+from billing.services.budget_reservations import budget_periods_live_adjust_on_commit
 from billing.services.storage import storage_estimate_micros
 from tenants.actor import Actor, AuthMethod
 from tenants.models import Principal, Tenant
@@ -262,9 +263,6 @@ def budget_settle(*, reservation: BudgetReservation, actual_micros: int) -> Budg
         release = locked.amount_micros if locked.state == ReservationState.HELD else 0
         moved = _move(locked, release=release, spend=actual_micros)
         # Redis counts the gateway's settlements itself; this one only PostgreSQL saw.
-        # (Imported here: budget_reservations imports this module.)
-        from billing.services.budget_reservations import budget_periods_live_adjust_on_commit
-
         budget_periods_live_adjust_on_commit(deltas={m["period_id"]: actual_micros for m in moved})
         locked.state = ReservationState.SETTLED
         locked.actual_micros = actual_micros
