@@ -5,6 +5,7 @@ providers) and the embedded PostgreSQL and Redis it owns, and stops all of them 
 Ctrl-C or when any of them dies, naming the dead one, so nothing is left running and the
 data stays for the next start. Other ``cacheplane`` commands run meanwhile on the same
 data dir attach to its embedded servers and never stop them (controlplane/embedded/).
+What each child runs and how it is started and stopped: ``controlplane.up_processes``.
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ import argparse
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from controlplane.embedded import (
@@ -24,43 +23,16 @@ from controlplane.embedded import (
     EmbeddedRedis,
     EmbeddedServiceError,
     EmbeddedServices,
-    free_port,
 )
 from controlplane.env import ConfigError, parse_database_url, parse_redis_url
-
-
-@dataclass
-class Child:
-    """One supervised process and the log file it writes to."""
-
-    name: str
-    argv: list[str]
-    log_path: Path
-    process: subprocess.Popen[bytes] | None = None
-
-    def start(self, env: dict[str, str]) -> None:
-        log = self.log_path.open("ab")
-        # Each child's database connections carry its name in pg_stat_activity.
-        env = {"CACHEPLANE_DB_APPLICATION_NAME": f"cacheplane-{self.name}", **env}
-        self.process = subprocess.Popen(
-            self.argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-    def stop(self, timeout: float = 15.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-
-    def tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+from controlplane.up_processes import (
+    DEMO_WORKER_MODEL,
+    Child,
+    core_children,
+    demo_providers,
+    wait_providers,
+    wait_ready,
+)
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
@@ -106,50 +78,6 @@ def _check_reachable() -> None:
     problem = ops.check_redis()
     if problem:
         raise ConfigError("REDIS_URL", f"cannot connect to Redis ({problem})")
-
-
-def _wait_ready(url: str, children: list[Child], timeout: float = 60.0) -> bool:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(c.process is not None and c.process.poll() is not None for c in children):
-            return False
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)  # polling a starting server
-    return False
-
-
-def _wait_providers(children: list[Child], timeout: float = 60.0) -> None:
-    """Wait until the local provider stand-ins answer their health checks.
-
-    The demo creates caches on them right away; a Vertex emulator still binding its port
-    made the first demo cache fail once. Bounded: past ``timeout`` the demo goes ahead
-    (its cache follower re-creates a cache that failed) and a warning says which is late.
-    """
-    import httpx
-
-    checks = {
-        "vertex-emulator": f"{os.environ.get('CACHEPLANE_VERTEX_BASE_URL')}/_emulator/healthz",
-        "reference-worker": f"{os.environ.get('CACHEPLANE_DEMO_WORKER_URL')}/health",
-    }
-    waiting = {c.name: checks[c.name] for c in children if c.name in checks}
-    deadline = time.monotonic() + timeout
-    while waiting and time.monotonic() < deadline:
-        for name, url in list(waiting.items()):
-            try:
-                if httpx.get(url, timeout=2).status_code == 200:
-                    del waiting[name]
-            except httpx.HTTPError:
-                pass
-        if waiting:
-            time.sleep(0.2)  # polling starting servers
-    for name in waiting:
-        print(f"cacheplane: {name} is not answering yet; the demo goes ahead", file=sys.stderr)
 
 
 def up(argv: list[str], *, data_dir: Path) -> int:
@@ -220,7 +148,7 @@ def _run(
     # os.environ, and this process's settings must see them too. (Set after setup, the
     # demo created its Vertex caches here with an empty project, and the Celery worker
     # then failed every one of them.)
-    children.extend(_demo_providers(python, logs, data_dir))
+    children.extend(demo_providers(python, logs, data_dir))
     django.setup()  # raises ConfigError for a bad or missing variable
     _check_reachable()
     from controlplane.assets import ensure_assets
@@ -231,59 +159,7 @@ def _run(
 
     env = dict(os.environ)
     children.extend(
-        [
-            Child(
-                "web",
-                [
-                    python,
-                    "-m",
-                    "uvicorn",
-                    "controlplane.asgi:application",
-                    "--host",
-                    args.host,
-                    "--port",
-                    str(args.port),
-                    "--no-access-log",
-                    "--log-level",
-                    "warning",
-                ],
-                logs / "web.log",
-            ),
-            Child(
-                "celery-worker",
-                [
-                    python,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "controlplane",
-                    "worker",
-                    "--loglevel",
-                    "INFO",
-                    "--concurrency",
-                    "2",
-                    "--hostname",
-                    f"cacheplane@{os.uname().nodename}",
-                ],
-                logs / "celery-worker.log",
-            ),
-            Child(
-                "celery-beat",
-                [
-                    python,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "controlplane",
-                    "beat",
-                    "--loglevel",
-                    "INFO",
-                    "--schedule",
-                    str(data_dir / "celerybeat-schedule"),
-                ],
-                logs / "celery-beat.log",
-            ),
-        ]
+        core_children(python=python, host=args.host, port=args.port, logs=logs, data_dir=data_dir)
     )
 
     stop_requested = False
@@ -298,14 +174,14 @@ def _run(
         child.start(env)
 
     url = f"http://{args.host}:{args.port}"
-    if not _wait_ready(url, children):
+    if not wait_ready(url, children):
         if _dead_service(services):
             return 1
         dead = [c for c in children if c.process is not None and c.process.poll() is not None]
         for child in dead or children[:1]:
             print(f"cacheplane: {child.name} failed to start:\n{child.tail()}", file=sys.stderr)
         return 1
-    _wait_providers(children)  # the demo's caches need them serving, not starting
+    wait_providers(children)  # the demo's caches need them serving, not starting
     _register_demo_worker()
     if not args.no_demo and not args.check:  # demo people, keys, caches, bounded traffic
         call_command("demo", "--url", url, "--background", "--requests", "600")
@@ -326,66 +202,6 @@ def _run(
         time.sleep(0.5)  # supervisor idle loop
     print(f"\ncacheplane: stopping (data kept in {data_dir})")
     return 0
-
-
-def _demo_providers(python: str, logs: Path, data_dir: Path) -> list[Child]:
-    """Local stand-ins for providers, started only when no real ones are configured:
-    a Vertex AI emulator when no GCP project is set, and one reference worker."""
-    extra: list[Child] = []
-    if not os.environ.get("CACHEPLANE_VERTEX_PROJECT") and not os.environ.get(
-        "CACHEPLANE_VERTEX_BASE_URL"
-    ):
-        port = free_port()
-        os.environ.update(
-            {
-                "CACHEPLANE_VERTEX_BASE_URL": f"http://127.0.0.1:{port}",
-                "CACHEPLANE_VERTEX_STATIC_TOKEN": "demo-token",
-                "CACHEPLANE_VERTEX_PROJECT": "cacheplane-demo",
-                "CACHEPLANE_VERTEX_LOCATION": "us-central1",
-            }
-        )
-        extra.append(
-            Child(
-                "vertex-emulator",
-                [
-                    python,
-                    "-m",
-                    "caches.providers.vertex_emulator",
-                    "--port",
-                    str(port),
-                    "--state-file",
-                    str(data_dir / "vertex-emulator.json"),
-                    "--log-level",
-                    "warning",
-                ],
-                logs / "vertex-emulator.log",
-            )
-        )
-    if not os.environ.get("CACHEPLANE_NO_DEMO_WORKER"):
-        port = free_port()
-        os.environ["CACHEPLANE_DEMO_WORKER_URL"] = f"http://127.0.0.1:{port}"
-        extra.append(
-            Child(
-                "reference-worker",
-                [
-                    python,
-                    "-m",
-                    "workers.engine.cli",
-                    "--port",
-                    str(port),
-                    "--served-model-name",
-                    DEMO_WORKER_MODEL,
-                    "--enable-prompt-tokens-details",
-                    "--uvicorn-log-level",
-                    "warning",
-                ],
-                logs / "reference-worker.log",
-            )
-        )
-    return extra
-
-
-DEMO_WORKER_MODEL = "cacheplane/ref-tiny"
 
 
 def _register_demo_worker() -> None:
