@@ -19,8 +19,10 @@ Mutations never arrive over the socket; they go through REST.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import import_module
+from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -60,11 +62,12 @@ class Decision:
     close_code: int | None = None
 
 
-class _PushConsumer(AsyncJsonWebsocketConsumer):
+# channels ships no type information, so its consumer base is Any to mypy.
+class _PushConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     """Admits through ``decide`` (sync, in a thread), then re-decides periodically."""
 
     groups_joined: dict[str, str]
-    _recheck_task: asyncio.Task | None = None
+    _recheck_task: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         self.groups_joined = {}
@@ -103,7 +106,7 @@ class _PushConsumer(AsyncJsonWebsocketConsumer):
                 return
             await self._hold(decision.topics)
 
-    async def console_event(self, message: dict) -> None:
+    async def console_event(self, message: dict[str, Any]) -> None:
         await self.send_json(
             {
                 "event": message["event"],
@@ -112,7 +115,7 @@ class _PushConsumer(AsyncJsonWebsocketConsumer):
             }
         )
 
-    async def receive_json(self, content, **kwargs) -> None:
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
         return None  # push only: anything the client sends is ignored
 
     # --- subclass hooks (sync, run in a worker thread) ---------------------------------
@@ -193,7 +196,7 @@ class TenantLiveConsumer(_PushConsumer):
         except CredentialRefused as refused:
             return Decision(close_code=refused.close_code)
         if caller is None and phase == "recheck":
-            tenant = Tenant.objects.filter(pk=self.tenant_id).first()
+            tenant = Tenant.objects.filter(pk=self.tenant_id).first() if self.tenant_id else None
             return self.refuse(
                 tenant=tenant, reason="credential_ended", code=CLOSE_CREDENTIAL_ENDED, phase=phase
             )
@@ -225,8 +228,9 @@ class TenantLiveConsumer(_PushConsumer):
         return Decision(topics=topics)
 
 
-def _bearer(scope: dict) -> str | None:
-    for name, value in scope.get("headers", ()):
+def _bearer(scope: dict[str, Any]) -> str | None:
+    headers: Iterable[tuple[bytes, bytes]] = scope.get("headers", ())
+    for name, value in headers:
         if name.lower() == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
             if scheme.lower() == "bearer" and token.strip():
@@ -234,7 +238,9 @@ def _bearer(scope: dict) -> str | None:
     return None
 
 
-def _scope_actor(scope: dict, principal: Principal | None, key_id: str | None = None) -> Actor:
+def _scope_actor(
+    scope: dict[str, Any], principal: Principal | None, key_id: str | None = None
+) -> Actor:
     client = scope.get("client") or (None, None)
     agent = ""
     for name, value in scope.get("headers", ()):
@@ -253,7 +259,7 @@ def _scope_actor(scope: dict, principal: Principal | None, key_id: str | None = 
     )
 
 
-def _session_caller(scope: dict) -> tuple[Actor, None] | None:
+def _session_caller(scope: dict[str, Any]) -> tuple[Actor, None] | None:
     """The session's user, re-read: None once the session is gone (logout) or no longer
     names the same, active user (password change invalidates the auth hash)."""
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
@@ -288,7 +294,7 @@ class CredentialRefused(Exception):
         self.close_code = close_code
 
 
-def _key_caller(scope: dict, token: str, phase: str) -> tuple[Actor, ApiKey] | None:
+def _key_caller(scope: dict[str, Any], token: str, phase: str) -> tuple[Actor, ApiKey] | None:
     """The key's principal, re-read from the database (not the 5 s key cache).
 
     At connect the key goes through the same guess throttle as REST and the gateway
@@ -324,7 +330,7 @@ def _key_caller(scope: dict, token: str, phase: str) -> tuple[Actor, ApiKey] | N
     return _scope_actor(scope, authenticated.principal, key_id=str(key.pk)), key
 
 
-def _audit_rejected_key(scope: dict, rejected: ApiKeyRejected, token: str) -> None:
+def _audit_rejected_key(scope: dict[str, Any], rejected: ApiKeyRejected, token: str) -> None:
     """The same failed-authentication row REST and the gateway write."""
     from audit.models import Outcome
     from audit.services import audit_record

@@ -17,12 +17,16 @@ import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from django.db import OperationalError
 
 from tenants.actor import Actor
 from tenants.models import Principal, RoleBinding, Tenant
+
+if TYPE_CHECKING:
+    from caches.services.lifecycle import CacheSpec
 
 logger = logging.getLogger(__name__)
 
@@ -122,9 +126,10 @@ def _bind(actor: Actor, tenant: Tenant, principal: Principal, role: str) -> None
 def _keyfile(data_dir: Path) -> dict[str, str]:
     path = data_dir / "demo-keys.json"
     try:
-        return json.loads(path.read_text())
+        keys: dict[str, str] = json.loads(path.read_text())  # written by _save_keys
     except (OSError, ValueError):
         return {}
+    return keys
 
 
 def _save_keys(data_dir: Path, keys: dict[str, str]) -> None:
@@ -146,7 +151,7 @@ def _key(actor: Actor, tenant: Tenant, account: Principal, known: str | None) ->
     return api_key_create(actor=actor, tenant=tenant, name="demo-app", principal=account).plaintext
 
 
-def _cache_specs(tenant: Tenant, worker_model: str | None) -> list:
+def _cache_specs(tenant: Tenant, worker_model: str | None) -> list[CacheSpec]:
     from caches.services import lifecycle
 
     specs = [("playbook-vertex", "vertex", VERTEX_DEMO_MODEL)]
@@ -294,7 +299,7 @@ def demo_caches_settle(
         time.sleep(poll)  # polling the cache rows the Celery worker moves along
 
 
-def _demo_request(n: int, slug: str, model: str) -> tuple[dict, dict]:
+def _demo_request(n: int, slug: str, model: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Request ``n`` of the demo: through the tenant's demo cache (three in four on the
     vLLM cache, one in four on the Vertex one), and the same prompt without a cache for
     when that cache is not live yet (the dashboard moves from the first minute anyway)."""

@@ -8,6 +8,8 @@ concern (``FIELD_FOR_CODE``) so the message appears next to it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
 from billing.models import Provider as PriceProvider
@@ -33,6 +35,13 @@ FIELD_FOR_CODE = {
 
 DATETIME_WIDGET = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
 DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
+
+
+def _set_choices(form: forms.Form, name: str, choices: list[tuple[str, str]]) -> None:
+    """Fill a choice field's options at bind time (they depend on the tenant)."""
+    field = form.fields[name]
+    assert isinstance(field, forms.ChoiceField)  # declared as one on the form class
+    field.choices = choices
 
 
 def _text(max_length: int, *, required: bool = True, label: str | None = None) -> forms.CharField:
@@ -83,9 +92,9 @@ class MemberAddForm(forms.Form):
         label="Expires (UTC)",
     )
 
-    def __init__(self, *args, roles: list[str], **kwargs) -> None:
+    def __init__(self, *args: Any, roles: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["role"].choices = [(r, r) for r in roles]
+        _set_choices(self, "role", [(r, r) for r in roles])
         if "tenant.viewer" in roles:  # least privilege unless chosen otherwise
             self.fields["role"].initial = "tenant.viewer"
 
@@ -110,9 +119,9 @@ class RoleCreateForm(forms.Form):
     description = _text(500, required=False)
     permissions = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
 
-    def __init__(self, *args, permissions: list[str], **kwargs) -> None:
+    def __init__(self, *args: Any, permissions: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["permissions"].choices = [(p, p) for p in permissions]
+        _set_choices(self, "permissions", [(p, p) for p in permissions])
 
 
 class ApiKeyCreateForm(forms.Form):
@@ -127,9 +136,9 @@ class ApiKeyCreateForm(forms.Form):
         label="Expires (UTC)",
     )
 
-    def __init__(self, *args, accounts: list[tuple[str, str]], **kwargs) -> None:
+    def __init__(self, *args: Any, accounts: list[tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["principal"].choices = [("", "myself"), *accounts]
+        _set_choices(self, "principal", [("", "myself"), *accounts])
 
 
 class BudgetForm(forms.Form):
@@ -179,12 +188,12 @@ class RateLimitEditForm(forms.Form):
         help_text="The tenant's share of a saturated worker pool (tenant-wide limit only).",
     )
 
-    def __init__(self, *args, for_key: bool = False, **kwargs) -> None:
+    def __init__(self, *args: Any, for_key: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if for_key:
             del self.fields["weight"]  # the service refuses a weight on a key's limit
 
-    def values(self) -> dict:
+    def values(self) -> dict[str, Any]:
         """The service's ``values``/``changes``: every shown field, None for unlimited."""
         data = self.cleaned_data
         values = {name: data.get(name) for name in self.fields}
@@ -199,23 +208,21 @@ class RateLimitForm(RateLimitEditForm):
     api_key = forms.ChoiceField(required=False, label="Applies to")
     field_order = ["api_key"]
 
-    def __init__(self, *args, keys: list[tuple[str, str]], **kwargs) -> None:
+    def __init__(self, *args: Any, keys: list[tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.set_keys(keys)
         self.order_fields(["api_key", *[n for n in self.fields if n != "api_key"]])
 
     def set_keys(self, keys: list[tuple[str, str]]) -> None:
-        field = self.fields["api_key"]
-        assert isinstance(field, forms.ChoiceField)
-        field.choices = [("", "the whole tenant"), *keys]
+        _set_choices(self, "api_key", [("", "the whole tenant"), *keys])
 
-    def clean(self) -> dict:
+    def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         if data.get("api_key") and data.get("weight") not in (None, 1):
             self.add_error("weight", "The weight applies to the tenant-wide limit only.")
         return data
 
-    def values(self) -> dict:
+    def values(self) -> dict[str, Any]:
         values = super().values()
         values.pop("api_key", None)
         if self.cleaned_data.get("api_key"):
@@ -243,7 +250,7 @@ class CacheCreateForm(forms.Form):
     ttl_seconds = forms.IntegerField(min_value=1, initial=3600, label="TTL (seconds)")
     ttl_policy = forms.ChoiceField(choices=TtlPolicy.choices, initial=TtlPolicy.FIXED)
 
-    def content(self) -> dict:
+    def content(self) -> dict[str, Any]:
         data = self.cleaned_data
         documents = []
         if data.get("document"):

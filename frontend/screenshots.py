@@ -14,12 +14,16 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 OUT = Path(__file__).resolve().parent / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
 
 
-def _shoot(page, url: str, path: Path, *, settle_ms: int) -> None:
+def _shoot(page: Page, url: str, path: Path, *, settle_ms: int) -> None:
     page.goto(url)
     page.wait_for_load_state("load")
     page.wait_for_timeout(settle_ms)  # let live ticks and charts draw

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
+from typing import Any, cast
+from uuid import UUID
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -17,6 +19,7 @@ from django.shortcuts import redirect, render
 
 from caches import selectors as cache_selectors
 from frontend import selectors
+from frontend.requests import ConsoleRequest, PlatformPageRequest, TenantPageRequest
 from tenants.access import PermissionMissing, access_platform, access_tenant
 from tenants.actor import Actor
 from tenants.errors import TenantNotFound, TenantSuspended
@@ -28,7 +31,11 @@ def _forbidden(request: HttpRequest, message: str) -> HttpResponse:
     return render(request, "frontend/forbidden.html", {"message": message}, status=403)
 
 
-def tenant_page(permission: str) -> Callable:
+#: A console view: the request, the URL's keyword arguments, the response.
+View = Callable[..., HttpResponse]
+
+
+def tenant_page(permission: str) -> Callable[[View], View]:
     """Resolve ``<tenant>`` from the URL and require ``permission`` there ("member": any).
 
     The decision and its audit are ``tenants.access.access_tenant``'s (the same rules as
@@ -36,10 +43,10 @@ def tenant_page(permission: str) -> Callable:
     → 403 page. Sets ``request.tenant`` and ``request.held``.
     """
 
-    def decorate(view: Callable) -> Callable:
+    def decorate(view: View) -> View:
         @login_required
         @wraps(view)
-        def wrapper(request: HttpRequest, tenant: str, *args, **kwargs) -> HttpResponse:
+        def wrapper(request: HttpRequest, tenant: str, *args: Any, **kwargs: Any) -> HttpResponse:
             try:
                 grant = access_tenant(
                     actor=Actor.from_request(request),
@@ -55,22 +62,26 @@ def tenant_page(permission: str) -> Callable:
                 return _forbidden(request, "This tenant is suspended.")
             except PermissionMissing:
                 return _forbidden(request, f"You need the permission “{permission}” here.")
-            request.tenant = grant.tenant  # type: ignore[attr-defined]
-            request.held = grant.permissions  # type: ignore[attr-defined]
-            return view(request, *args, **kwargs)
+            if grant.tenant is None:  # access_tenant admits into a tenant, never platform scope
+                raise Http404("No such tenant.")
+            # The one place these attributes are set (see frontend.requests).
+            page = cast(TenantPageRequest, request)
+            page.tenant = grant.tenant
+            page.held = grant.permissions
+            return view(page, *args, **kwargs)
 
         return wrapper
 
     return decorate
 
 
-def platform_page(permission: str) -> Callable:
+def platform_page(permission: str) -> Callable[[View], View]:
     """Require the platform ``permission`` (decided and audited by ``access_platform``)."""
 
-    def decorate(view: Callable) -> Callable:
+    def decorate(view: View) -> View:
         @login_required
         @wraps(view)
-        def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             try:
                 grant = access_platform(
                     actor=Actor.from_request(request),
@@ -81,16 +92,17 @@ def platform_page(permission: str) -> Callable:
                 )
             except PermissionMissing:
                 return _forbidden(request, f"You need the platform permission “{permission}”.")
-            request.tenant = None  # type: ignore[attr-defined]
-            request.held = grant.permissions  # type: ignore[attr-defined]
-            return view(request, *args, **kwargs)
+            page = cast(PlatformPageRequest, request)
+            page.tenant = None
+            page.held = grant.permissions
+            return view(page, *args, **kwargs)
 
         return wrapper
 
     return decorate
 
 
-def _context(request: HttpRequest, **extra) -> dict:
+def _context(request: ConsoleRequest, **extra: Any) -> dict[str, Any]:
     visible = list(tenant_list_visible(principal=request.user).order_by("slug")[:100])
     platform = authorize(principal=request.user, permission="tenants.list", tenant=None)
     # Every tenant page shows the tenant's navigation, which needs the held permissions.
@@ -99,7 +111,7 @@ def _context(request: HttpRequest, **extra) -> dict:
 
 
 @login_required
-def home(request: HttpRequest) -> HttpResponse:
+def home(request: ConsoleRequest) -> HttpResponse:
     """Platform operators land on the overview; tenant members on their first tenant."""
     if authorize(principal=request.user, permission="tenants.list", tenant=None):
         return redirect("console-platform")
@@ -110,7 +122,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 @platform_page("tenants.list")
-def platform_overview(request: HttpRequest) -> HttpResponse:
+def platform_overview(request: PlatformPageRequest) -> HttpResponse:
     raw_page = request.GET.get("page", "1")
     page = max(1, int(raw_page)) if raw_page.isdigit() else 1
     summary = selectors.platform_summary(page=page)
@@ -122,7 +134,7 @@ def platform_overview(request: HttpRequest) -> HttpResponse:
 
 
 @tenant_page("member")
-def tenant_overview(request: HttpRequest) -> HttpResponse:
+def tenant_overview(request: TenantPageRequest) -> HttpResponse:
     summary = selectors.tenant_summary(tenant=request.tenant, principal=request.user)
     return render(
         request,
@@ -141,14 +153,16 @@ def tenant_overview(request: HttpRequest) -> HttpResponse:
 
 
 @tenant_page("caches.get")
-def cache_page(request: HttpRequest, cache_id: str) -> HttpResponse:
+def cache_page(
+    request: TenantPageRequest, cache_id: UUID, form_errors: dict[str, Any] | None = None
+) -> HttpResponse:
+    """A cache's page; ``form_errors`` re-shows a refused action's form (``views_manage``)."""
     from frontend import forms
 
-    cache = cache_selectors.cache_get(tenant=request.tenant, cache_id=cache_id)
+    cache = cache_selectors.cache_get(tenant=request.tenant, cache_id=str(cache_id))
     if cache is None:
         raise Http404("No such cache.")
     detail = selectors.cache_detail(tenant=request.tenant, cache=cache)
-    errors = getattr(request, "form_errors", None)
     return render(
         request,
         "frontend/cache.html",
@@ -158,7 +172,7 @@ def cache_page(request: HttpRequest, cache_id: str) -> HttpResponse:
             cache=detail,
             page_data=detail,
             live=detail["state"] in ("pending", "creating", "active"),
-            form_errors=errors,
+            form_errors=form_errors,
             extend_form=forms.CacheExtendForm(),
             ttl_form=forms.CacheSetTtlForm(initial={"ttl_seconds": detail["ttl_seconds"]}),
             policy_form=forms.CachePolicyForm(initial={"ttl_policy": detail["ttl_policy"]}),
@@ -170,12 +184,12 @@ def cache_page(request: HttpRequest, cache_id: str) -> HttpResponse:
 
 
 @tenant_page("audit.export")
-def audit_page(request: HttpRequest) -> HttpResponse:
+def audit_page(request: TenantPageRequest) -> HttpResponse:
     return render(request, "frontend/audit.html", _context(request, tenant=request.tenant))
 
 
 @tenant_page("usage.get")
-def breakeven_page(request: HttpRequest) -> HttpResponse:
+def breakeven_page(request: TenantPageRequest) -> HttpResponse:
     """The calculator opens on a priced model (an unpriced one would only show an error)."""
     models = selectors.breakeven_models()
     return render(
@@ -196,6 +210,8 @@ def favicon(request: HttpRequest) -> HttpResponse:
     from django.contrib.staticfiles import finders
 
     path = finders.find("frontend/favicon.svg")
+    if not isinstance(path, str):  # shipped with the app; None only in a broken install
+        raise Http404("No favicon.")
     with open(path, "rb") as handle:
         response = HttpResponse(handle.read(), content_type="image/svg+xml")
     response["Cache-Control"] = "public, max-age=86400"

@@ -9,36 +9,38 @@ the caller's held permissions allow.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django import forms
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from frontend import forms as f
 from frontend.actions import actor, attempt, blank_form, done, invalid, no_store, uuid_or_404
+from frontend.requests import TenantPageRequest
 from frontend.views import _context, tenant_page
 from tenants import selectors as tenant_selectors
-from tenants.models import Principal, PrincipalKind
+from tenants.models import Principal, PrincipalKind, Tenant
 from tenants.permissions import TENANT_PERMISSIONS
 from tenants.services import iam, keys
 
 
-def _role_names(tenant) -> list[str]:
+def _role_names(tenant: Tenant) -> list[str]:
     return list(
         tenant_selectors.role_list(tenant=tenant).order_by("name").values_list("name", flat=True)
     )
 
 
-def _accounts(tenant) -> list[tuple[str, str]]:
+def _accounts(tenant: Tenant) -> list[tuple[str, str]]:
     return [
         (str(p.pk), p.username)
         for p in tenant_selectors.service_account_list(tenant=tenant).order_by("username")
     ]
 
 
-def _editor_rows(policy: iam.Policy) -> list[dict]:
+def _editor_rows(policy: iam.Policy) -> list[dict[str, Any]]:
     return [
         {
             "role": b.role.name,
@@ -51,9 +53,9 @@ def _editor_rows(policy: iam.Policy) -> list[dict]:
     ]
 
 
-def _access_page(request: HttpRequest, *, status: int = 200, **bound) -> HttpResponse:
-    tenant = request.tenant  # type: ignore[attr-defined]
-    held = request.held  # type: ignore[attr-defined]
+def _access_page(request: TenantPageRequest, *, status: int = 200, **bound: Any) -> HttpResponse:
+    tenant = request.tenant
+    held = request.held
     policy = iam.policy_get(tenant=tenant)
     roles = _role_names(tenant)
     context = _context(
@@ -85,12 +87,12 @@ class MemberAdd(f.MemberAddForm):
 
 
 @tenant_page("iam.get")
-def access_page(request: HttpRequest) -> HttpResponse:
+def access_page(request: TenantPageRequest) -> HttpResponse:
     """Members and bindings, service accounts and roles of the tenant."""
     return _access_page(request)
 
 
-def _principal_by_name(tenant, username: str) -> Principal | None:
+def _principal_by_name(tenant: Tenant, username: str) -> Principal | None:
     """A human (platform identity) or one of this tenant's service accounts, by name.
 
     Another tenant's service account is reported exactly like a missing name.
@@ -107,19 +109,20 @@ def _parse_expiry(raw: str) -> datetime | None:
     if not raw:
         return None
     field = forms.DateTimeField(input_formats=f.DATETIME_FORMATS)
-    return field.clean(raw)
+    cleaned: datetime | None = field.clean(raw)  # the stubs type Field.clean as Any
+    return cleaned
 
 
 @tenant_page("iam.set")
 @require_POST
-def policy_save(request: HttpRequest) -> HttpResponse:
+def policy_save(request: TenantPageRequest) -> HttpResponse:
     """The IAM editor: replace the policy under the etag the editor was loaded with.
 
     A stale etag (someone saved in between) re-shows the editor with the caller's rows,
     the current policy beside them and the current etag, so saving again is an explicit
     decision to overwrite; reloading discards the caller's version.
     """
-    tenant = request.tenant  # type: ignore[attr-defined]
+    tenant = request.tenant
     count = min(int(request.POST.get("rows", "0") or 0), 1000)
     rows, specs, errors = [], [], []
     for i in range(count):
@@ -132,7 +135,12 @@ def policy_save(request: HttpRequest) -> HttpResponse:
         except forms.ValidationError:
             errors.append(f"Row {i + 1} ({name}): the expiry is not a date and time.")
             expires = None
-        row = {"role": role, "principal": principal, "principal_name": name, "expires_at": expires}
+        row: dict[str, Any] = {
+            "role": role,
+            "principal": principal,
+            "principal_name": name,
+            "expires_at": expires,
+        }
         rows.append(row)
         if request.POST.get(f"b-{i}-remove"):
             row["removed"] = True
@@ -166,9 +174,9 @@ def policy_save(request: HttpRequest) -> HttpResponse:
 
 @tenant_page("iam.set")
 @require_POST
-def member_add(request: HttpRequest) -> HttpResponse:
+def member_add(request: TenantPageRequest) -> HttpResponse:
     """Bind a principal (by name) to a role: read the policy, append, replace under its etag."""
-    tenant = request.tenant  # type: ignore[attr-defined]
+    tenant = request.tenant
     form = MemberAdd(request.POST, roles=_role_names(tenant))
     if form.is_valid():
         principal = _principal_by_name(tenant, form.cleaned_data["principal"])
@@ -206,8 +214,8 @@ def member_add(request: HttpRequest) -> HttpResponse:
 
 @tenant_page("iam.set")
 @require_POST
-def service_account_create(request: HttpRequest) -> HttpResponse:
-    tenant = request.tenant  # type: ignore[attr-defined]
+def service_account_create(request: TenantPageRequest) -> HttpResponse:
+    tenant = request.tenant
     form = f.ServiceAccountForm(request.POST)
     if form.is_valid():
         account = attempt(
@@ -231,8 +239,8 @@ def service_account_create(request: HttpRequest) -> HttpResponse:
 
 @tenant_page("iam.set")
 @require_POST
-def role_create(request: HttpRequest) -> HttpResponse:
-    tenant = request.tenant  # type: ignore[attr-defined]
+def role_create(request: TenantPageRequest) -> HttpResponse:
+    tenant = request.tenant
     form = f.RoleCreateForm(request.POST, permissions=sorted(TENANT_PERMISSIONS))
     if form.is_valid():
         role = attempt(
@@ -254,12 +262,12 @@ def role_create(request: HttpRequest) -> HttpResponse:
 # --- API keys ---------------------------------------------------------------------------
 
 
-def _keys_page(request: HttpRequest, *, status: int = 200, **extra) -> HttpResponse:
-    tenant = request.tenant  # type: ignore[attr-defined]
+def _keys_page(request: TenantPageRequest, *, status: int = 200, **extra: Any) -> HttpResponse:
+    tenant = request.tenant
     context = _context(
         request,
         tenant=tenant,
-        held=request.held,  # type: ignore[attr-defined]
+        held=request.held,
         keys=tenant_selectors.api_key_list(tenant=tenant).order_by("-created_at")[:500],
         key_form=extra.pop("key_form", None) or f.ApiKeyCreateForm(accounts=_accounts(tenant)),
         now=timezone.now(),
@@ -271,16 +279,16 @@ def _keys_page(request: HttpRequest, *, status: int = 200, **extra) -> HttpRespo
 
 
 @tenant_page("iam.get")
-def keys_page(request: HttpRequest) -> HttpResponse:
+def keys_page(request: TenantPageRequest) -> HttpResponse:
     """API keys of the tenant (never their secrets), with create and revoke."""
     return _keys_page(request)
 
 
 @tenant_page("keys.create")
 @require_POST
-def key_create(request: HttpRequest) -> HttpResponse:
+def key_create(request: TenantPageRequest) -> HttpResponse:
     """Issue a key and show its secret once, on this response only (no-store)."""
-    tenant = request.tenant  # type: ignore[attr-defined]
+    tenant = request.tenant
     form = f.ApiKeyCreateForm(request.POST, accounts=_accounts(tenant))
     if form.is_valid():
         holder = None
@@ -307,8 +315,8 @@ def key_create(request: HttpRequest) -> HttpResponse:
 
 @tenant_page("keys.revoke")
 @require_POST
-def key_revoke(request: HttpRequest, key_id: str) -> HttpResponse:
-    tenant = request.tenant  # type: ignore[attr-defined]
+def key_revoke(request: TenantPageRequest, key_id: str) -> HttpResponse:
+    tenant = request.tenant
     form = blank_form()
     key = attempt(
         form,

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.views.decorators.http import require_POST
 
 from frontend import forms as f
 from frontend.actions import actor, attempt, blank_form, done, uuid_or_404
+from frontend.requests import TenantPageRequest
 from frontend.views import tenant_page
 from gateway import selectors as limit_selectors
 from gateway import services as limit_services
 from gateway.models import RateLimit
 from tenants import selectors as tenant_selectors
+from tenants.models import Tenant
 
 LIMIT_FIELDS = ("requests_per_minute", "tokens_per_minute", "concurrent_requests", "weight")
 
@@ -28,7 +30,7 @@ def _prefix(limit: RateLimit) -> str:
     return f"rl{limit.pk.hex[:8]}"
 
 
-def _key_choices(tenant, taken: set[str]) -> list[tuple[str, str]]:
+def _key_choices(tenant: Tenant, taken: set[str]) -> list[tuple[str, str]]:
     """Active keys of the tenant that have no limit of their own yet, by name."""
     keys = (
         tenant_selectors.api_key_list(tenant=tenant)
@@ -43,7 +45,7 @@ def _key_choices(tenant, taken: set[str]) -> list[tuple[str, str]]:
     ]
 
 
-def rate_limit_context(tenant, *, bound: dict[str, Any]) -> dict[str, Any]:
+def rate_limit_context(tenant: Tenant, *, bound: dict[str, Any]) -> dict[str, Any]:
     """The budgets page's rate-limit section: rows with their edit forms, the new form."""
     limits = list(limit_selectors.rate_limit_list(tenant=tenant).select_related("api_key")[:500])
     limits.sort(key=lambda r: (r.api_key_id is not None, r.api_key.name if r.api_key else ""))
@@ -69,15 +71,15 @@ def rate_limit_context(tenant, *, bound: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _budgets_page(request: HttpRequest, **bound) -> HttpResponse:
+def _budgets_page(request: TenantPageRequest, **bound: Any) -> HttpResponse:
     from frontend.views_manage import budgets_render
 
     return budgets_render(request, status=400, **bound)
 
 
-def _limit(request: HttpRequest, limit_id: str) -> RateLimit:
+def _limit(request: TenantPageRequest, limit_id: str) -> RateLimit:
     found = limit_selectors.rate_limit_get(
-        tenant=request.tenant,  # type: ignore[attr-defined]
+        tenant=request.tenant,
         rate_limit_id=uuid_or_404(limit_id),
     )
     if found is None:
@@ -85,8 +87,8 @@ def _limit(request: HttpRequest, limit_id: str) -> RateLimit:
     return found
 
 
-def _back(request: HttpRequest, message: str) -> HttpResponse:
-    tenant = request.tenant  # type: ignore[attr-defined]
+def _back(request: TenantPageRequest, message: str) -> HttpResponse:
+    tenant = request.tenant
     return done(request, message, f"/t/{tenant.slug}/budgets/#rate-limits")
 
 
@@ -96,9 +98,9 @@ def _scope(limit: RateLimit) -> str:
 
 @tenant_page("budgets.update")
 @require_POST
-def rate_limit_create(request: HttpRequest) -> HttpResponse:
+def rate_limit_create(request: TenantPageRequest) -> HttpResponse:
     """Set the limits of the tenant or of one key; bad values are shown by their field."""
-    tenant = request.tenant  # type: ignore[attr-defined]
+    tenant = request.tenant
     taken = {
         str(k)
         for k in limit_selectors.rate_limit_list(tenant=tenant).values_list("api_key_id", flat=True)
@@ -123,7 +125,7 @@ def rate_limit_create(request: HttpRequest) -> HttpResponse:
 
 @tenant_page("budgets.update")
 @require_POST
-def rate_limit_edit(request: HttpRequest, limit_id: str) -> HttpResponse:
+def rate_limit_edit(request: TenantPageRequest, limit_id: str) -> HttpResponse:
     """Change a scope's limits (an emptied field becomes unlimited)."""
     limit = _limit(request, limit_id)
     form = f.RateLimitEditForm(
@@ -143,7 +145,7 @@ def rate_limit_edit(request: HttpRequest, limit_id: str) -> HttpResponse:
 
 @tenant_page("budgets.update")
 @require_POST
-def rate_limit_delete(request: HttpRequest, limit_id: str) -> HttpResponse:
+def rate_limit_delete(request: TenantPageRequest, limit_id: str) -> HttpResponse:
     """Remove a rate limit: the scope becomes unlimited."""
     limit = _limit(request, limit_id)
     form = blank_form()

@@ -11,29 +11,34 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
+from uuid import UUID
 
 from django import forms
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from billing.models import Budget
 from billing.selectors import budgets as budget_selectors
 from billing.services import budget_crud
 from caches import catalog
 from caches import selectors as cache_selectors
 from caches.content import CacheContent
-from caches.models import Provider
+from caches.models import CacheObject, Provider
 from caches.services import lifecycle
 from controlplane.errors import DomainError
 from frontend import forms as f
 from frontend.actions import actor, attempt, blank_form, done, invalid, no_store, uuid_or_404
+from frontend.requests import TenantPageRequest
 from frontend.views import _context, tenant_page
+from tenants.models import Tenant
 
 MICROS = Decimal(1_000_000)
 
 
-def _budget_rows(tenant) -> list[dict]:
+def _budget_rows(tenant: Tenant) -> list[dict[str, Any]]:
     budgets = list(budget_selectors.budget_list(tenant=tenant)[:200])
     periods = budget_selectors.budget_current_periods(
         tenant=tenant, budgets=budgets, at=timezone.now()
@@ -61,11 +66,11 @@ def _budget_rows(tenant) -> list[dict]:
     return rows
 
 
-def budgets_render(request: HttpRequest, *, status: int = 200, **extra) -> HttpResponse:
+def budgets_render(request: TenantPageRequest, *, status: int = 200, **extra: Any) -> HttpResponse:
     """The budgets page: budgets, alerts and rate limits, with bound forms re-shown."""
     from frontend.views_limits import rate_limit_context
 
-    tenant = request.tenant  # type: ignore[attr-defined]
+    tenant = request.tenant
     rows = _budget_rows(tenant)
     limits = rate_limit_context(tenant, bound=extra)
     edited = extra.pop("edited", None)
@@ -76,7 +81,7 @@ def budgets_render(request: HttpRequest, *, status: int = 200, **extra) -> HttpR
     context = _context(
         request,
         tenant=tenant,
-        held=request.held,  # type: ignore[attr-defined]
+        held=request.held,
         rows=rows,
         alerts=budget_selectors.budget_alert_list(tenant=tenant).select_related("budget")[:100],
         budget_form=extra.pop("budget_form", None) or f.BudgetForm(),
@@ -89,7 +94,7 @@ def budgets_render(request: HttpRequest, *, status: int = 200, **extra) -> HttpR
 
 
 @tenant_page("budgets.get")
-def budgets_page(request: HttpRequest) -> HttpResponse:
+def budgets_page(request: TenantPageRequest) -> HttpResponse:
     """Budgets with spend against limit, alert webhooks, alerts; rate limits."""
     return budgets_render(request)
 
@@ -100,9 +105,9 @@ def _micros(usd: Decimal) -> int:
 
 @tenant_page("budgets.update")
 @require_POST
-def budget_create(request: HttpRequest) -> HttpResponse:
+def budget_create(request: TenantPageRequest) -> HttpResponse:
     """Create a budget; its webhook secret is shown once on this response (no-store)."""
-    tenant = request.tenant  # type: ignore[attr-defined]
+    tenant = request.tenant
     form = f.BudgetForm(request.POST)
     if form.is_valid():
         data = form.cleaned_data
@@ -124,8 +129,8 @@ def budget_create(request: HttpRequest) -> HttpResponse:
     return budgets_render(request, status=400, budget_form=form)
 
 
-def _budget(request: HttpRequest, budget_id: str):
-    budget = budget_selectors.budget_get(tenant=request.tenant, budget_id=uuid_or_404(budget_id))  # type: ignore[attr-defined]
+def _budget(request: TenantPageRequest, budget_id: str) -> Budget:
+    budget = budget_selectors.budget_get(tenant=request.tenant, budget_id=uuid_or_404(budget_id))
     if budget is None:
         raise Http404("No such budget.")
     return budget
@@ -133,8 +138,8 @@ def _budget(request: HttpRequest, budget_id: str):
 
 @tenant_page("budgets.update")
 @require_POST
-def budget_edit(request: HttpRequest, budget_id: str) -> HttpResponse:
-    tenant = request.tenant  # type: ignore[attr-defined]
+def budget_edit(request: TenantPageRequest, budget_id: str) -> HttpResponse:
+    tenant = request.tenant
     budget = _budget(request, budget_id)
     form = f.BudgetEditForm(request.POST, prefix=f"b{budget.pk.hex[:8]}")
     if form.is_valid():
@@ -157,8 +162,8 @@ def budget_edit(request: HttpRequest, budget_id: str) -> HttpResponse:
 
 @tenant_page("budgets.update")
 @require_POST
-def budget_archive(request: HttpRequest, budget_id: str) -> HttpResponse:
-    tenant = request.tenant  # type: ignore[attr-defined]
+def budget_archive(request: TenantPageRequest, budget_id: str) -> HttpResponse:
+    tenant = request.tenant
     budget = _budget(request, budget_id)
     budget_crud.budget_archive(actor=actor(request), budget=budget)
     return done(request, f"Budget {budget.name} archived.", f"/t/{tenant.slug}/budgets/")
@@ -166,7 +171,7 @@ def budget_archive(request: HttpRequest, budget_id: str) -> HttpResponse:
 
 @tenant_page("budgets.update")
 @require_POST
-def budget_rotate_secret(request: HttpRequest, budget_id: str) -> HttpResponse:
+def budget_rotate_secret(request: TenantPageRequest, budget_id: str) -> HttpResponse:
     budget = budget_crud.budget_rotate_secret(
         actor=actor(request), budget=_budget(request, budget_id)
     )
@@ -182,7 +187,9 @@ def _models_for(provider: str) -> list[str]:
     return sorted(catalog.vllm_models())
 
 
-def _estimate(*, provider: str, model: str, content: CacheContent, ttl_seconds: int) -> dict:
+def _estimate(
+    *, provider: str, model: str, content: CacheContent, ttl_seconds: int
+) -> dict[str, Any]:
     """Token estimate and storage cost of the requested TTL at today's price (read only)."""
     from billing.services.storage import storage_estimate_micros
 
@@ -205,13 +212,13 @@ def _estimate(*, provider: str, model: str, content: CacheContent, ttl_seconds: 
 
 
 @tenant_page("caches.create")
-def cache_new(request: HttpRequest) -> HttpResponse:
+def cache_new(request: TenantPageRequest) -> HttpResponse:
     """Create a cache from content: "Preview" lints and estimates, "Create" creates.
 
     Preview writes nothing; create calls ``cache_create`` (the API's service) and lands
     on the new cache's page, which follows it from pending to active live.
     """
-    tenant = request.tenant  # type: ignore[attr-defined]
+    tenant = request.tenant
     preview = None
     status = 200
     if request.method == "POST":
@@ -272,30 +279,32 @@ def cache_new(request: HttpRequest) -> HttpResponse:
     return response
 
 
-def _cache(request: HttpRequest, cache_id):
-    cache = cache_selectors.cache_get(tenant=request.tenant, cache_id=str(cache_id))  # type: ignore[attr-defined]
+def _cache(request: TenantPageRequest, cache_id: UUID) -> CacheObject:
+    cache = cache_selectors.cache_get(tenant=request.tenant, cache_id=str(cache_id))
     if cache is None:
         raise Http404("No such cache.")
     return cache
 
 
-def _cache_back(request: HttpRequest, cache, form: forms.Form, message: str) -> HttpResponse:
-    tenant = request.tenant  # type: ignore[attr-defined]
+def _cache_back(
+    request: TenantPageRequest, cache: CacheObject, form: forms.Form, message: str
+) -> HttpResponse:
+    tenant = request.tenant
     if form.errors:
         from frontend.views import cache_page
 
         request.method = "GET"
-        request.form_errors = {  # type: ignore[attr-defined]
+        errors = {
             "form": form,
-            "message": "; ".join(e for errs in form.errors.values() for e in errs),
+            "message": "; ".join(str(e) for errs in form.errors.values() for e in errs),
         }
-        return invalid(cache_page(request, tenant.slug, cache_id=cache.pk))
+        return invalid(cache_page(request, tenant.slug, cache_id=cache.pk, form_errors=errors))
     return done(request, message, f"/t/{tenant.slug}/caches/{cache.pk}/")
 
 
 @tenant_page("caches.update")
 @require_POST
-def cache_extend(request: HttpRequest, cache_id) -> HttpResponse:
+def cache_extend(request: TenantPageRequest, cache_id: UUID) -> HttpResponse:
     """Lengthen the remaining TTL by N seconds (never shortens: that is "Set TTL")."""
     cache = _cache(request, cache_id)
     form = f.CacheExtendForm(request.POST)
@@ -314,7 +323,7 @@ def cache_extend(request: HttpRequest, cache_id) -> HttpResponse:
 
 @tenant_page("caches.update")
 @require_POST
-def cache_set_ttl(request: HttpRequest, cache_id) -> HttpResponse:
+def cache_set_ttl(request: TenantPageRequest, cache_id: UUID) -> HttpResponse:
     """Set the expiry to now + N seconds, shorter or longer than today's."""
     cache = _cache(request, cache_id)
     form = f.CacheSetTtlForm(request.POST)
@@ -330,7 +339,7 @@ def cache_set_ttl(request: HttpRequest, cache_id) -> HttpResponse:
 
 @tenant_page("caches.update")
 @require_POST
-def cache_policy(request: HttpRequest, cache_id) -> HttpResponse:
+def cache_policy(request: TenantPageRequest, cache_id: UUID) -> HttpResponse:
     cache = _cache(request, cache_id)
     form = f.CachePolicyForm(request.POST)
     if form.is_valid():
@@ -345,7 +354,7 @@ def cache_policy(request: HttpRequest, cache_id) -> HttpResponse:
 
 @tenant_page("caches.delete")
 @require_POST
-def cache_evict(request: HttpRequest, cache_id) -> HttpResponse:
+def cache_evict(request: TenantPageRequest, cache_id: UUID) -> HttpResponse:
     cache = _cache(request, cache_id)
     form = blank_form()
     attempt(form, lambda: lifecycle.cache_evict(cache=cache, actor=actor(request)))

@@ -8,7 +8,9 @@ caller's platform permissions allow.
 
 from __future__ import annotations
 
-from django.http import Http404, HttpRequest, HttpResponse
+from typing import Any
+
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
@@ -18,9 +20,10 @@ from billing.services import prices as price_services
 from frontend import forms as f
 from frontend import selectors
 from frontend.actions import actor, attempt, done
+from frontend.requests import PlatformPageRequest
 from frontend.views import _context, platform_page
 from tenants import selectors as tenant_selectors
-from tenants.models import Principal, PrincipalKind, TenantState
+from tenants.models import Principal, PrincipalKind, Tenant, TenantState
 from tenants.services import tenants as tenant_services
 from tenants.services.authorization import principal_permissions
 from workers import services as worker_services
@@ -41,12 +44,12 @@ MODEL_RATES = (
 )
 
 
-def _held(request: HttpRequest) -> frozenset[str]:
+def _held(request: PlatformPageRequest) -> frozenset[str]:
     """Platform permissions, only to decide which forms to show (POSTs are checked)."""
     return principal_permissions(principal=request.user, tenant=None)
 
 
-def _render(request: HttpRequest, template: str, status: int, **extra) -> HttpResponse:
+def _render(request: PlatformPageRequest, template: str, status: int, **extra: Any) -> HttpResponse:
     response = render(request, template, _context(request, held=_held(request), **extra))
     response.status_code = status
     return response
@@ -55,7 +58,7 @@ def _render(request: HttpRequest, template: str, status: int, **extra) -> HttpRe
 # --- Tenants and people -----------------------------------------------------------------
 
 
-def _tenants_page(request: HttpRequest, *, status: int = 200, **bound) -> HttpResponse:
+def _tenants_page(request: PlatformPageRequest, *, status: int = 200, **bound: Any) -> HttpResponse:
     tenants = tenant_selectors.tenant_list_all_tenants().order_by("slug")[:1000]
     return _render(
         request,
@@ -70,12 +73,12 @@ def _tenants_page(request: HttpRequest, *, status: int = 200, **bound) -> HttpRe
 
 
 @platform_page("tenants.list")
-def tenants_page(request: HttpRequest) -> HttpResponse:
+def tenants_page(request: PlatformPageRequest) -> HttpResponse:
     """Every tenant with create, rename, suspend and resume; human principals."""
     return _tenants_page(request)
 
 
-def _tenant(slug: str):
+def _tenant(slug: str) -> Tenant:
     tenant = tenant_selectors.tenant_get_by_slug_all_tenants(slug=slug)
     if tenant is None:
         raise Http404("No such tenant.")
@@ -84,7 +87,7 @@ def _tenant(slug: str):
 
 @platform_page("tenants.manage")
 @require_POST
-def tenant_create(request: HttpRequest) -> HttpResponse:
+def tenant_create(request: PlatformPageRequest) -> HttpResponse:
     form = f.TenantCreateForm(request.POST)
     if form.is_valid():
         admin = None
@@ -112,7 +115,7 @@ def tenant_create(request: HttpRequest) -> HttpResponse:
 
 @platform_page("tenants.manage")
 @require_POST
-def tenant_rename(request: HttpRequest, slug: str) -> HttpResponse:
+def tenant_rename(request: PlatformPageRequest, slug: str) -> HttpResponse:
     tenant = _tenant(slug)
     form = f.TenantRenameForm(request.POST)
     if form.is_valid():
@@ -127,7 +130,7 @@ def tenant_rename(request: HttpRequest, slug: str) -> HttpResponse:
     return _tenants_page(request, status=400, rename_errors={tenant.slug: form.errors})
 
 
-def _set_state(request: HttpRequest, slug: str, state: str) -> HttpResponse:
+def _set_state(request: PlatformPageRequest, slug: str, state: str) -> HttpResponse:
     tenant = _tenant(slug)
     form = f.TenantStateForm(request.POST)
     if form.is_valid():
@@ -147,19 +150,19 @@ def _set_state(request: HttpRequest, slug: str, state: str) -> HttpResponse:
 
 @platform_page("tenants.manage")
 @require_POST
-def tenant_suspend(request: HttpRequest, slug: str) -> HttpResponse:
+def tenant_suspend(request: PlatformPageRequest, slug: str) -> HttpResponse:
     return _set_state(request, slug, TenantState.SUSPENDED)
 
 
 @platform_page("tenants.manage")
 @require_POST
-def tenant_resume(request: HttpRequest, slug: str) -> HttpResponse:
+def tenant_resume(request: PlatformPageRequest, slug: str) -> HttpResponse:
     return _set_state(request, slug, TenantState.ACTIVE)
 
 
 @platform_page("tenants.manage")
 @require_POST
-def human_create(request: HttpRequest) -> HttpResponse:
+def human_create(request: PlatformPageRequest) -> HttpResponse:
     form = f.HumanCreateForm(request.POST)
     if form.is_valid():
         person = attempt(
@@ -181,7 +184,7 @@ def human_create(request: HttpRequest) -> HttpResponse:
 # --- Price book -------------------------------------------------------------------------
 
 
-def _prices_page(request: HttpRequest, *, status: int = 200, **bound) -> HttpResponse:
+def _prices_page(request: PlatformPageRequest, *, status: int = 200, **bound: Any) -> HttpResponse:
     prices = list(price_selectors.model_price_list(provider=None, model=None)[:500])
     return _render(
         request,
@@ -200,7 +203,7 @@ def _prices_page(request: HttpRequest, *, status: int = 200, **bound) -> HttpRes
 
 
 @platform_page("tenants.list")
-def prices_page(request: HttpRequest) -> HttpResponse:
+def prices_page(request: PlatformPageRequest) -> HttpResponse:
     """Model prices (versioned, effective-dated): add a version, correct a mistaken one."""
     correct = request.GET.get("correct", "")
     if correct.isdigit():
@@ -231,7 +234,7 @@ def prices_page(request: HttpRequest) -> HttpResponse:
 
 @platform_page("prices.manage")
 @require_POST
-def pool_price_create(request: HttpRequest) -> HttpResponse:
+def pool_price_create(request: PlatformPageRequest) -> HttpResponse:
     """A GPU-hour price version for a worker pool (what vLLM traffic is billed by)."""
     form = f.PoolPriceForm(request.POST, prefix="pool")
     if form.is_valid():
@@ -252,7 +255,7 @@ def pool_price_create(request: HttpRequest) -> HttpResponse:
 
 @platform_page("prices.manage")
 @require_POST
-def pool_price_correct(request: HttpRequest, price_id: int) -> HttpResponse:
+def pool_price_correct(request: PlatformPageRequest, price_id: int) -> HttpResponse:
     price = PoolPrice.objects.filter(pk=price_id).first()
     if price is None:
         raise Http404("No such price.")
@@ -276,7 +279,7 @@ def pool_price_correct(request: HttpRequest, price_id: int) -> HttpResponse:
 
 @platform_page("prices.manage")
 @require_POST
-def price_create(request: HttpRequest) -> HttpResponse:
+def price_create(request: PlatformPageRequest) -> HttpResponse:
     form = f.ModelPriceForm(request.POST)
     if form.is_valid():
         data = form.cleaned_data
@@ -297,7 +300,7 @@ def price_create(request: HttpRequest) -> HttpResponse:
 
 @platform_page("prices.manage")
 @require_POST
-def price_correct(request: HttpRequest, price_id: int) -> HttpResponse:
+def price_correct(request: PlatformPageRequest, price_id: int) -> HttpResponse:
     price = ModelPrice.objects.filter(pk=price_id).first()
     if price is None:
         raise Http404("No such price.")
@@ -322,7 +325,7 @@ def price_correct(request: HttpRequest, price_id: int) -> HttpResponse:
 # --- Workers ----------------------------------------------------------------------------
 
 
-def _workers_page(request: HttpRequest, *, status: int = 200, **bound) -> HttpResponse:
+def _workers_page(request: PlatformPageRequest, *, status: int = 200, **bound: Any) -> HttpResponse:
     summary = selectors.workers_summary()
     return _render(
         request,
@@ -337,14 +340,14 @@ def _workers_page(request: HttpRequest, *, status: int = 200, **bound) -> HttpRe
 
 
 @platform_page("tenants.list")
-def workers_page(request: HttpRequest) -> HttpResponse:
+def workers_page(request: PlatformPageRequest) -> HttpResponse:
     """Workers with KV pressure over time; register, drain and remove."""
     return _workers_page(request)
 
 
 @platform_page("workers.manage")
 @require_POST
-def worker_register(request: HttpRequest) -> HttpResponse:
+def worker_register(request: PlatformPageRequest) -> HttpResponse:
     form = f.WorkerRegisterForm(request.POST)
     if form.is_valid():
         worker = attempt(
@@ -365,7 +368,7 @@ def _worker(name: str) -> Worker:
 
 @platform_page("workers.manage")
 @require_POST
-def worker_drain(request: HttpRequest, name: str) -> HttpResponse:
+def worker_drain(request: PlatformPageRequest, name: str) -> HttpResponse:
     worker = _worker(name)
     draining = request.POST.get("undrain") is None
     worker_services.worker_set_draining(actor=actor(request), worker=worker, draining=draining)
@@ -375,7 +378,7 @@ def worker_drain(request: HttpRequest, name: str) -> HttpResponse:
 
 @platform_page("workers.manage")
 @require_POST
-def worker_remove(request: HttpRequest, name: str) -> HttpResponse:
+def worker_remove(request: PlatformPageRequest, name: str) -> HttpResponse:
     worker = _worker(name)
     worker_services.worker_remove(actor=actor(request), worker=worker)
     return done(request, f"Worker {worker.name} removed.", "/platform/workers/")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import viewsets
+from rest_framework.exceptions import NotAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -12,11 +15,13 @@ from caches import selectors as cache_selectors
 from caches.errors import CacheNotFound
 from controlplane.api.tenancy import MEMBER, PlatformMixin, TenantScopedMixin
 from frontend import selectors
+from tenants.models import Principal
 from workers import kv_pressure
 
 
 @extend_schema(tags=["console"])
-class TenantConsoleViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+# No model behind it (snapshots assembled by the console's selectors), hence Any.
+class TenantConsoleViewSet(TenantScopedMixin, viewsets.GenericViewSet[Any]):
     """The tenant page's data, filtered by the caller's permissions."""
 
     audit_entity = "frontend.console"
@@ -24,7 +29,10 @@ class TenantConsoleViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def summary(self, request: Request, tenant: str) -> Response:
-        return Response(selectors.tenant_summary(tenant=self.tenant, principal=request.user))
+        principal = request.user
+        if not isinstance(principal, Principal):  # admitted callers are principals
+            raise NotAuthenticated()
+        return Response(selectors.tenant_summary(tenant=self.tenant, principal=principal))
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def cache(self, request: Request, tenant: str, pk: str) -> Response:
@@ -47,7 +55,8 @@ class TenantConsoleViewSet(TenantScopedMixin, viewsets.GenericViewSet):
 
 
 @extend_schema(tags=["console"])
-class PlatformConsoleViewSet(PlatformMixin, viewsets.GenericViewSet):
+# No model behind it (snapshots assembled by the console's selectors), hence Any.
+class PlatformConsoleViewSet(PlatformMixin, viewsets.GenericViewSet[Any]):
     """The platform overview's data."""
 
     audit_entity = "frontend.console"

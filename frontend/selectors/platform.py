@@ -101,7 +101,7 @@ def platform_summary(*, page: int = 1, per_page: int = 50) -> dict[str, Any]:
     }
 
 
-def _ratio(metrics: dict | None, hits: str, queries: str) -> float | None:
+def _ratio(metrics: dict[str, Any] | None, hits: str, queries: str) -> float | None:
     metrics = metrics or {}
     q = metrics.get(queries) or 0
     return round((metrics.get(hits) or 0) / q, 4) if q else None
@@ -171,7 +171,7 @@ def platform_top(*, limit: int = 5) -> dict[str, list[dict[str, Any]]]:
         .values("tenant__slug", "tenant__display_name")
         .annotate(cost=Sum("cost_micros"), without=Sum("cost_without_cache_micros"))
     )
-    ranked = [
+    ranked: list[dict[str, Any]] = [
         {
             "slug": r["tenant__slug"],
             "name": r["tenant__display_name"],

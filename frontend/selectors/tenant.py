@@ -198,19 +198,22 @@ def tenant_top_caches(*, tenant: Tenant, limit: int = 5) -> dict[str, list[dict[
         .annotate(c=Sum("cost_micros"))
         .values_list("cache_id", "c")
     )
-    ids = set(usage) | set(storage)
+    # No key is None: the ledger query skips rows without a cache, and a storage accrual
+    # always names its cache (the stubs type a nullable column's values as optional).
+    ids = {i for i in usage if i is not None} | set(storage)
     names = dict(
         CacheObject.objects.filter(
-            tenant=tenant, pk__in=[i for i in ids if _is_uuid(i)]
+            tenant=tenant, pk__in=[u for u in (_as_uuid(i) for i in ids) if u is not None]
         ).values_list("pk", "name")
     )
-    ranked = []
+    ranked: list[dict[str, Any]] = []
     for cid in ids:
         u = usage.get(cid) or {"cost": 0, "without": 0}
+        key = _as_uuid(cid)
         ranked.append(
             {
                 "id": cid,
-                "name": names.get(_as_uuid(cid), cid),
+                "name": names.get(key, cid) if key is not None else cid,
                 "spend_usd": usd((u["cost"] or 0) + (storage.get(cid) or 0)),
                 "saved_usd": usd(max(0, (u["without"] or 0) - (u["cost"] or 0))),
             }
@@ -221,13 +224,9 @@ def tenant_top_caches(*, tenant: Tenant, limit: int = 5) -> dict[str, list[dict[
     }
 
 
-def _is_uuid(value: str) -> bool:
-    return _as_uuid(value) is not None
-
-
-def _as_uuid(value: str):
-
+def _as_uuid(value: str) -> uuid.UUID | None:
+    """The cache id as a UUID, or None for a non-UUID id (a provider-side name)."""
     try:
-        return uuid.UUID(str(value))
+        return uuid.UUID(value)
     except ValueError:
         return None

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from frontend.demo import (
     demo_caches_settle,
@@ -23,7 +24,7 @@ class Command(BaseCommand):
         "send --requests chat completions through the gateway at --url (0: seed only)."
     )
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--url", default="http://127.0.0.1:8000")
         parser.add_argument("--requests", type=int, default=120)
         parser.add_argument("--interval", type=float, default=1.0)
@@ -34,7 +35,7 @@ class Command(BaseCommand):
             help="send the traffic from a daemon thread and return (used by `cacheplane up`)",
         )
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: str, **options: Any) -> None:
         data_dir = Path(os.environ.get("CACHEPLANE_DATA_DIR", ".cacheplane"))
         data_dir.mkdir(parents=True, exist_ok=True)
         password = os.environ.get("CACHEPLANE_DEMO_PASSWORD") or secrets.token_urlsafe(12)

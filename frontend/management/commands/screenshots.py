@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
 
 from frontend.screenshots import main
 
@@ -11,11 +13,11 @@ from frontend.screenshots import main
 class Command(BaseCommand):
     help = "Capture the console's main pages from a running Cacheplane into frontend/screenshots/."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("args", nargs="*")
 
     def run_from_argv(self, argv: list[str]) -> None:
         raise SystemExit(main(argv[2:]))
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: str, **options: Any) -> None:
         raise SystemExit(main(list(args)))
