@@ -1,6 +1,6 @@
 """The Celery application and its one beat schedule.
 
-The worker settings are ``CELERY_*`` values in ``controlplane/settings.py`` (read lazily,
+The worker settings are ``CELERY_*`` values in ``controlplane/settings_services.py`` (read lazily,
 so importing this module touches no settings). They follow STYLE.md:
 - ``acks_late`` + prefetch 1: a task is acknowledged only after it finished, so a worker
   killed mid-task hands the message back instead of losing it; prefetch 1 keeps one
