@@ -15,6 +15,9 @@ servers under test, all against the same stub:
   no auth, budget or metering;
 - ``direct``: the stub itself (shows the load generator is not the bottleneck).
 
+The stub is ``bench/gateway_stub.py``, the load generator and process handling
+``bench/gateway_load.py``.
+
 Concurrency 1, 8 and 32, plain and streaming. Servers under test are pinned to the last
 CPU, the load generator and the stub to the others (``--no-pin`` to let the scheduler
 place them). Ratios to LiteLLM and the router come from the same run.
@@ -27,312 +30,26 @@ The last line is ``RESULT key=value ...``.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import json
 import os
 import platform
-import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from gateway_load import (
+    Run,
+    measure_target,
+    server_process,
+    uvicorn_command,
+    wait_http,
+)
+from gateway_stub import MODEL
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
-MODEL = "bench/stub-model"
 LITELLM_KEY = "sk-bench-" + "0123456789abcdef" * 2  # LiteLLM refuses to start without one
 TARGET_P50_MS = 2.0
 TARGET_P99_MS = 10.0
-UVICORN_FLAGS = [
-    "--loop",
-    "uvloop",
-    "--http",
-    "httptools",
-    "--lifespan",
-    "off",
-    "--no-access-log",
-    "--log-level",
-    "warning",
-]
-
-# --- the upstream stub (imported by its own uvicorn process: stdlib only up to here) ---
-
-_STUB_BODY = json.dumps(
-    {
-        "id": "chatcmpl-stub",
-        "object": "chat.completion",
-        "created": 0,
-        "model": MODEL,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "ok"},
-                "logprobs": None,
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {
-            "prompt_tokens": 540,
-            "completion_tokens": 1,
-            "total_tokens": 541,
-            "prompt_tokens_details": {"cached_tokens": 512},
-        },
-    }
-).encode()
-_USAGE = {"prompt_tokens": 540, "completion_tokens": 2, "total_tokens": 542}
-
-
-def _chunk(delta: dict, finish: str | None, usage: dict | None) -> bytes:
-    payload = {
-        "id": "chatcmpl-stub",
-        "object": "chat.completion.chunk",
-        "created": 0,
-        "model": MODEL,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    if usage is not None:
-        payload["usage"] = usage
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
-
-
-_STUB_STREAM = (
-    _chunk({"role": "assistant", "content": "o"}, None, _USAGE)
-    + _chunk({"content": "k"}, None, _USAGE)
-    + _chunk({}, "stop", _USAGE)
-    + b"data: "
-    + json.dumps(
-        {
-            "id": "chatcmpl-stub",
-            "object": "chat.completion.chunk",
-            "created": 0,
-            "model": MODEL,
-            "choices": [],
-            "usage": _USAGE,
-        }
-    ).encode()
-    + b"\n\ndata: [DONE]\n\n"
-)
-
-
-async def stub_app(scope, receive, send) -> None:
-    """Answer every HTTP request at once: the fixed completion, or its stream."""
-    if scope["type"] != "http":
-        return
-    body, more = b"", True
-    while more:
-        message = await receive()
-        body += message.get("body", b"")
-        more = message.get("more_body", False)
-    if scope["path"].endswith("/models"):
-        models = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": models.encode()})
-        return
-    stream = b'"stream":true' in body.replace(b" ", b"")
-    payload = _STUB_STREAM if stream else _STUB_BODY
-    kind = b"text/event-stream" if stream else b"application/json"
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [(b"content-type", kind), (b"content-length", str(len(payload)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
-
-
-# --- load generation ---
-
-
-@dataclass
-class Run:
-    """Latencies (seconds), wall time and server CPU of one batch of requests."""
-
-    latencies: list[float] = field(default_factory=list)
-    elapsed: float = 0.0
-    errors: int = 0
-    server_cpu: float = 0.0
-
-    @property
-    def server_cpu_ms(self) -> float:
-        return self.server_cpu / len(self.latencies) * 1e3 if self.latencies else 0.0
-
-    @property
-    def throughput(self) -> float:
-        return len(self.latencies) / self.elapsed if self.elapsed else 0.0
-
-    def p(self, q: float) -> float:
-        return percentile(self.latencies, q) * 1e3 if self.latencies else float("nan")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid``, all threads (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in 0-100)."""
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
-
-
-async def _drive(clients: list, url: str, body: bytes, headers: dict, total: int) -> Run:
-    """``total`` requests, one lane per client (so ``len(clients)`` in flight)."""
-    import aiohttp
-
-    run = Run()
-    issued = 0
-
-    async def one_lane(client) -> None:
-        nonlocal issued
-        while issued < total:
-            issued += 1
-            start = time.perf_counter()
-            try:
-                async with client.post(url, data=body, headers=headers) as response:
-                    content = await response.read()
-                    status = response.status
-            except (aiohttp.ClientError, TimeoutError) as exc:  # an error, not a crash
-                run.errors += 1
-                print(f"  transport error from {url}: {exc!r}")
-                continue
-            elapsed = time.perf_counter() - start
-            if status != 200 or b"error" in content[:200]:
-                run.errors += 1
-                if run.errors == 1:
-                    print(f"  first error from {url}: {status} {content[:300]!r}")
-                continue
-            run.latencies.append(elapsed)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(one_lane(client) for client in clients))
-    run.elapsed = time.perf_counter() - started
-    return run
-
-
-async def _measure_target(
-    name: str, url: str, headers: dict, pid: int | None, bodies: dict, args
-) -> dict[tuple[int, str], Run]:
-    import aiohttp
-
-    results: dict[tuple[int, str], Run] = {}
-    async with contextlib.AsyncExitStack() as stack:
-        # One keep-alive connection per lane (aiohttp: the cheapest Python client we
-        # measured, so the load generator is not what limits the servers under test).
-        lanes = [
-            await stack.enter_async_context(
-                aiohttp.ClientSession(
-                    connector=aiohttp.TCPConnector(limit=1),
-                    timeout=aiohttp.ClientTimeout(total=60),
-                )
-            )
-            for _ in range(max(args.concurrency))
-        ]
-        for mode, body in bodies.items():
-            await _drive(lanes[:1], url, body, headers, 1)  # a cold server's first request
-            await _drive(lanes, url, body, headers, args.warmup)
-            for concurrency in args.concurrency:
-                total = args.requests if concurrency > 1 else args.requests // 3
-                cpu = cpu_seconds(pid) if pid else 0.0
-                run = await _drive(lanes[:concurrency], url, body, headers, total)
-                run.server_cpu = (cpu_seconds(pid) - cpu) if pid else 0.0
-                results[(concurrency, mode)] = run
-                print(
-                    f"  {name:8} {mode:6} c{concurrency:<3} {run.throughput:7.0f} req/s  "
-                    f"p50 {run.p(50):6.2f} ms  p99 {run.p(99):6.2f} ms  "
-                    f"cpu {run.server_cpu_ms:5.2f} ms/req  errors {run.errors}"
-                )
-    return results
-
-
-# --- processes and set-up ---
-
-
-def _wait_http(url: str, process: subprocess.Popen, timeout: float = 60.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            raise SystemExit(f"{process.args[3]} exited with {process.returncode} at start")
-        try:
-            httpx.get(url, timeout=1.0)
-            return
-        except httpx.HTTPError:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{url} did not answer within {timeout:.0f} s") from None
-            time.sleep(0.1)
-
-
-@contextlib.contextmanager
-def _process(command: list[str], *, cpus: set[int] | None, env: dict | None = None):
-    """A server process, pinned to ``cpus``; stopped on exit."""
-    process = subprocess.Popen(
-        command,
-        cwd=REPO,
-        # A proxy must not see our DATABASE_URL (LiteLLM would try to use it): only ours.
-        env={
-            **{k: v for k, v in os.environ.items() if env is None or k not in _OURS},
-            "PYTHONWARNINGS": "ignore",
-            **(env or {}),
-        },
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        if cpus:
-            os.sched_setaffinity(process.pid, cpus)
-        yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-_OURS = ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")
-
-
-#: ``BENCH_PROFILE_GATEWAY=out.prof``: the gateway runs under cProfile, written when it is
-#: stopped (uvicorn re-raises SIGTERM after its shutdown: the handler below catches it).
-_PROFILED = (
-    "import cProfile, os, signal, sys, time, uvicorn\n"
-    "out = sys.argv.pop(1)\n"
-    "profile = cProfile.Profile(time.process_time)\n"
-    "def stop(*_):\n"
-    "    profile.disable(); profile.dump_stats(out); os._exit(0)\n"
-    "signal.signal(signal.SIGTERM, stop)\n"
-    "profile.enable()\n"
-    "uvicorn.main()\n"
-)
-
-
-def _uvicorn_command(app: str, port: int, app_dir: Path) -> list[str]:
-    profile = os.environ.get("BENCH_PROFILE_GATEWAY") if app.startswith("controlplane") else None
-    return [
-        sys.executable,
-        *(["-c", _PROFILED, profile] if profile else ["-m", "uvicorn"]),
-        app,
-        "--app-dir",
-        str(app_dir),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-        *UVICORN_FLAGS,
-    ]
 
 
 def _create_caller(stub_url: str) -> str:
@@ -480,23 +197,23 @@ def main() -> int:
             )
         )
         plain = {"content-type": "application/json"}
-        with _process(
-            _uvicorn_command("gateway_overhead:stub_app", stub_port, BENCH_DIR), cpus=other_cpus
+        with server_process(
+            uvicorn_command("gateway_stub:stub_app", stub_port, BENCH_DIR), cpus=other_cpus
         ) as stub:
-            _wait_http(f"{stub_url}/", stub)
+            wait_http(f"{stub_url}/", stub)
             results["direct"] = uvloop.run(
-                _measure_target(
+                measure_target(
                     "direct", f"{stub_url}/v1/chat/completions", plain, stub.pid, bodies, args
                 )
             )
             port = next_port()
-            with _process(
-                _uvicorn_command("controlplane.asgi:application", port, REPO), cpus=server_cpus
+            with server_process(
+                uvicorn_command("controlplane.asgi:application", port, REPO), cpus=server_cpus
             ) as gateway:
-                _wait_http(f"http://127.0.0.1:{port}/v1/models", gateway)
+                wait_http(f"http://127.0.0.1:{port}/v1/models", gateway)
                 queued = _usage_queue_length()
                 results["gateway"] = uvloop.run(
-                    _measure_target(
+                    measure_target(
                         "gateway",
                         f"http://127.0.0.1:{port}/v1/chat/completions",
                         {**plain, "authorization": f"Bearer {key}"},
@@ -520,10 +237,12 @@ def main() -> int:
                     "--num_workers",
                     "1",
                 ]
-                with _process(command, cpus=server_cpus, env={"LITELLM_LOG": "ERROR"}) as proc:
-                    _wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc, timeout=180)
+                with server_process(
+                    command, cpus=server_cpus, env={"LITELLM_LOG": "ERROR"}
+                ) as proc:
+                    wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc, timeout=180)
                     results["litellm"] = uvloop.run(
-                        _measure_target(
+                        measure_target(
                             "litellm",
                             f"http://127.0.0.1:{port}/v1/chat/completions",
                             {**plain, "authorization": f"Bearer {LITELLM_KEY}"},
@@ -548,10 +267,10 @@ def main() -> int:
                     "--prometheus-port",
                     str(next_port()),
                 ]
-                with _process(command, cpus=server_cpus) as proc:
-                    _wait_http(f"http://127.0.0.1:{port}/v1/models", proc, timeout=60)
+                with server_process(command, cpus=server_cpus) as proc:
+                    wait_http(f"http://127.0.0.1:{port}/v1/models", proc, timeout=60)
                     results["router"] = uvloop.run(
-                        _measure_target(
+                        measure_target(
                             "router",
                             f"http://127.0.0.1:{port}/v1/chat/completions",
                             plain,
