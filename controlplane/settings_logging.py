@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from controlplane.env import (
-    env_choice,
-)
+from controlplane.env import env_choice
 
 LOG_LEVEL = env_choice("CACHEPLANE_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
 LOG_FORMAT = env_choice("CACHEPLANE_LOG_FORMAT", "json", ("json", "console"))

@@ -1,7 +1,7 @@
 """Settings of the services Cacheplane runs on: PostgreSQL, Redis, Channels and Celery.
 
 Both URLs are mandatory (``cacheplane up`` provides embedded servers when they are unset);
-the pool and Celery limits are the values the README's "Production shape" sizes.
+the comment beside each pool, Channels and Celery value says why it is set so.
 """
 
 from __future__ import annotations
