@@ -1,7 +1,7 @@
 """Metering: Prometheus series per tenant and model, the usage ledger, cache hit counts.
 
 Nothing here runs a SQL statement on the request path: usage goes through billing's
-``usage_record_many`` (its Redis queue, flushed in batches by a Celery task) and cache
+``usage_queue_append`` (its Redis queue, flushed in batches by a Celery task) and cache
 hits to a Redis hash (folded into the cache rows by ``caches.tasks.cache_hits_flush_task``).
 """
 
@@ -144,17 +144,47 @@ def _observe(meter: Meter) -> None:
 
 
 def meter_finish_many(meters: Sequence[Meter]) -> None:
-    """Record finished requests: metrics, the usage queue, cache hits (runs in a thread).
+    """Record finished requests from synchronous code: the same steps as the gateway's
+    :func:`record`, through the process's synchronous Redis client."""
+    messages, recorded = _encode(meters)
+    if not recorded:
+        return
+    try:
+        pipe = _redis_client().pipeline(transaction=False)
+        _queue_usage(pipe, messages, recorded)
+        pipe.execute()
+    except Exception:
+        _write_direct(messages, recorded)
+    _tick(recorded)
 
-    Their usage goes to billing's ledger queue in one call (``usage_record_many``, the
-    batch form of ``usage_record``) and their cache hits in one pipeline. A request whose
-    usage is invalid is logged and dropped; a batch Redis refuses goes straight to the
-    ledger instead (``usage_write_direct``, same idempotent path), and only if that fails
-    too is it logged and dropped. Metering never fails a response.
+
+async def _finish_many(meters: Sequence[Meter]) -> None:
+    """Record finished requests: metrics, the usage queue, cache hits, the live ticker.
+
+    Their usage goes to billing's ledger queue and their cache hits to the hits hash in
+    one pipeline on the event loop's own Redis client (one round trip, no thread hop). A
+    request whose usage is invalid is logged and dropped; a batch Redis refuses goes
+    straight to the ledger instead (``usage_write_direct``, the same idempotent path, in
+    a thread), and only if that fails too is it logged and dropped. Metering never fails
+    a response.
     """
-    from billing.services.usage import usage_message, usage_record_many
-    from caches.services.hits import CACHE_HITS_KEY
-    from controlplane.live.usage import UsageDelta, usage_ticker
+    from gateway import hotpath_redis
+
+    messages, recorded = _encode(meters)
+    if not recorded:
+        return
+    try:
+        pipe = hotpath_redis.client().pipeline(transaction=False)
+        _queue_usage(pipe, messages, recorded)
+        await pipe.execute()
+    except Exception:
+        await db_sync_to_async(_write_direct)(messages, recorded)
+    _tick(recorded)
+
+
+def _encode(meters: Sequence[Meter]) -> tuple[list[bytes], list[Meter]]:
+    """Observe each request's metrics and encode its usage message (billing's format)."""
+    from billing.services.usage import usage_message
     from tenants.models import Tenant
 
     messages: list[bytes] = []
@@ -187,30 +217,41 @@ def meter_finish_many(meters: Sequence[Meter]) -> None:
             logger.exception("usage record dropped", extra={"request_id": meter.request_id})
             continue
         recorded.append(meter)
-    if not recorded:
-        return
-    try:
-        usage_record_many(messages)
-    except Exception:
-        logger.warning("usage queue unreachable; writing usage to the ledger directly")
-        try:
-            from billing.services.usage import usage_write_direct
+    return messages, recorded
 
-            usage_write_direct(messages)
-        except Exception:
-            for meter in recorded:
-                logger.exception("usage record dropped", extra={"request_id": meter.request_id})
-        return
-    hits = [meter for meter in recorded if meter.cache_id]
+
+def _queue_usage(pipe: Any, messages: list[bytes], recorded: Sequence[Meter]) -> None:
+    """The usage messages and the cache-hit counters, queued on one Redis pipeline."""
+    from billing.services.usage import usage_queue_append
+    from caches.services.hits import CACHE_HITS_KEY
+
+    usage_queue_append(pipe, messages)
+    for meter in recorded:
+        if meter.cache_id:
+            pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:count", 1)
+            pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:tokens", meter.cached_tokens)
+
+
+def _write_direct(messages: list[bytes], recorded: Sequence[Meter]) -> None:
+    """Redis refused the batch: the usage goes straight to the ledger (runs in a thread;
+    idempotent, so a batch Redis did take in part is not booked twice)."""
+    from billing.services.usage import usage_write_direct
+
+    logger.warning("usage queue unreachable; writing usage to the ledger directly")
+    hits = sum(1 for meter in recorded if meter.cache_id)
     if hits:
-        try:
-            pipe = _redis_client().pipeline(transaction=False)
-            for meter in hits:
-                pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:count", 1)
-                pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:tokens", meter.cached_tokens)
-            pipe.execute()
-        except Exception:
-            logger.warning("cache hit counters unreachable; %d hits not counted", len(hits))
+        logger.warning("cache hit counters unreachable; %d hits not counted", hits)
+    try:
+        usage_write_direct(messages)
+    except Exception:
+        for meter in recorded:
+            logger.exception("usage record dropped", extra={"request_id": meter.request_id})
+
+
+def _tick(recorded: Sequence[Meter]) -> None:
+    """The live console's per-tenant counters (in memory; published once a second)."""
+    from controlplane.live.usage import UsageDelta, usage_ticker
+
     for meter in recorded:
         try:
             usage_ticker.add(
@@ -233,8 +274,8 @@ def meter_finish_many(meters: Sequence[Meter]) -> None:
 class MeterQueue:
     """Group commit for metering on one event loop.
 
-    Requests that finish while a batch is being written join the next batch: one thread
-    hop and one Redis round trip per batch instead of per request. Each request still
+    Requests that finish while a batch is being written join the next batch: one Redis
+    round trip per batch instead of per request. Each request still
     returns only once its own record is written, as when it was written alone.
     """
 
@@ -255,7 +296,7 @@ class MeterQueue:
             batch, self._pending = self._pending, []
             error: Exception | None = None
             try:
-                await db_sync_to_async(meter_finish_many)([meter for meter, _ in batch])
+                await _finish_many([meter for meter, _ in batch])
             except Exception as exc:
                 error = exc
             for _, written in batch:

@@ -193,8 +193,43 @@ def operation_execute(*, operation_id: str) -> str | None:
             return None
         if pair[1].status != OperationStatus.RUNNING:
             return pair[1].status  # reconciliation settled it meanwhile
-        operation_apply_success(pair[1], remote)
+        if pair[1].kind != OperationKind.EVICT and pair[0].state in SUPERSEDING_STATES:
+            _superseded(pair[1], remote)
+        else:
+            operation_apply_success(pair[1], remote)
     return OperationStatus.SUCCEEDED
+
+
+#: States a cache can reach while a create or refresh of it is at the provider (an
+#: eviction requested meanwhile, an expiry, a reconciliation): its result no longer
+#: decides the cache's state.
+SUPERSEDING_STATES = (
+    CacheState.EVICTING,
+    CacheState.EVICTED,
+    CacheState.EXPIRED,
+    CacheState.FAILED,
+)
+
+
+def _superseded(op: CacheOperation, remote: RemoteState) -> None:
+    """Close a create or refresh whose cache moved on while the provider call ran.
+
+    The cache keeps the state it moved to (moving an evicting cache back to active was
+    the bug that left such operations running until their lease ran out). A create's
+    remote name is still recorded, so the pending eviction deletes what was created;
+    if the eviction already ran, reconciliation deletes the remote as an orphan (it
+    carries our display name).
+    """
+    cache = op.cache
+    if op.kind == OperationKind.CREATE and remote.remote_name and not cache.remote_name:
+        cache.remote_name = remote.remote_name
+        cache.save(update_fields=["remote_name", "updated_at"])
+    operation_finish(
+        op,
+        OperationStatus.SUCCEEDED,
+        "superseded",
+        f"the {op.kind} succeeded at the provider, but the cache is {cache.state} now",
+    )
 
 
 def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:

@@ -90,6 +90,26 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> float:
     return time.monotonic() - start
 
 
+def wait_ready(process: subprocess.Popen, log: Path, timeout: float = 180) -> float:
+    """Wait until a worker from :func:`start_celery_worker` logs that it consumes tasks.
+
+    Its start (importing the project, torch included, on a cold CI machine while the
+    suite runs) is not part of any bound a test measures; a worker that exits is an
+    error at once, with its log."""
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"worker exited ({process.returncode}):\n{log_tail(log)}")
+        return log.exists() and " ready." in log.read_text(errors="replace")
+
+    return wait_for(ready, timeout, f"the worker logging to {log.name} to be ready")
+
+
+def log_tail(log: Path, lines: int = 60) -> str:
+    text = log.read_text(errors="replace") if log.exists() else "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
 def stop_process(process: subprocess.Popen) -> None:
     """SIGTERM, then SIGKILL after 15 s."""
     if process.poll() is None:

@@ -23,7 +23,7 @@ from caches.services import lifecycle
 from caches.services.execution import operation_execute
 from tenants.services import keys
 from tests.caches.conftest import big_content
-from tests.caches.processes import start_celery_worker, stop_process, wait_for
+from tests.caches.processes import log_tail, start_celery_worker, stop_process, wait_for, wait_ready
 from tests.factories import actor_for
 
 #: Every operation is terminal this long after its request at most (README, "Reliability").
@@ -36,6 +36,15 @@ def _deadlocks() -> int:
         cursor.execute("SELECT pg_stat_clear_snapshot()")
         cursor.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
         return int(cursor.fetchone()[0])
+
+
+def _describe(operations) -> str:
+    """The open operations, for a failure message: what each was doing and why."""
+    return "; ".join(
+        f"{op.kind} {op.status} attempts={op.attempts} lease_until={op.lease_until} "
+        f"error={op.error_code or '-'} {op.error[:200]}"
+        for op in operations
+    )
 
 
 def _request(method: str, path: str, key: str, body: dict | None = None) -> int:
@@ -129,6 +138,8 @@ def test_fifty_concurrent_writes_on_one_tenant_never_deadlock_nor_5xx_nor_stick(
         start_celery_worker(log_dir=tmp_path, name=f"stress{n}", vertex_base_url=vertex.base_url)
         for n in range(2)
     ]
+    for n, worker in enumerate(workers):
+        wait_ready(worker, tmp_path / f"stress{n}.log")
     before = _deadlocks()
     started = time.monotonic()
     try:
@@ -146,9 +157,15 @@ def test_fifty_concurrent_writes_on_one_tenant_never_deadlock_nor_5xx_nor_stick(
         open_ops = CacheOperation.objects.all_tenants().filter(
             tenant=tenant_a, status__in=[OperationStatus.PENDING, OperationStatus.RUNNING]
         )
-        waited = wait_for(
-            lambda: not open_ops.exists(), TERMINAL_BOUND_SECONDS, "every operation terminal"
-        )
+        try:
+            waited = wait_for(
+                lambda: not open_ops.exists(), TERMINAL_BOUND_SECONDS, "every operation terminal"
+            )
+        except AssertionError as late:
+            logs = "\n".join(log_tail(tmp_path / f"stress{n}.log") for n in range(2))
+            raise AssertionError(
+                f"{late}; still open: {_describe(open_ops)}\nworker logs:\n{logs}"
+            ) from None
     finally:
         for worker in workers:
             stop_process(worker)

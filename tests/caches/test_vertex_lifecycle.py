@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from audit.models import AuditEvent
@@ -29,6 +31,7 @@ from caches.providers.base import TransientProviderError
 from caches.services import lifecycle, reconcile, scheduling
 from caches.services.execution import operation_execute
 from tests.caches.conftest import big_content
+from tests.caches.processes import wait_for
 from tests.factories import actor_for
 
 pytestmark = pytest.mark.django_db
@@ -255,6 +258,47 @@ def test_extend_ttl_patches_the_remote_and_moves_expiry(vertex, tenant_a, admin_
     patch = vertex.requests(method="PATCH")[0]
     assert patch.body == {"ttl": "7200s"}
     assert abs((cache.expire_at - timezone.now()) - timedelta(hours=2)) < timedelta(minutes=1)
+
+
+def _execute_in_thread(operation_id: str) -> str | None:
+    try:
+        return operation_execute(operation_id=operation_id)
+    finally:
+        connection.close()  # this thread's own connection
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_eviction_while_a_refresh_is_at_the_provider_wins_and_closes_the_refresh(
+    vertex, tenant_a, admin_a
+) -> None:
+    """The refresh's answer must not move an evicting cache back to active (that raised,
+    and left the refresh running until its lease ran out)."""
+    actor = actor_for(admin_a)
+    cache = _run(_create(tenant_a, admin_a))
+    refresh = lifecycle.cache_extend_ttl(cache=cache, actor=actor, ttl_seconds=7200)
+    vertex.set_latency(1000)  # the PATCH is at the provider while the eviction comes in
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        running = pool.submit(_execute_in_thread, str(refresh.pk))
+        wait_for(
+            lambda: (
+                CacheOperation.objects.all_tenants().get(pk=refresh.pk).status
+                == OperationStatus.RUNNING
+            ),
+            10,
+            "the refresh to be claimed",
+        )
+        current = CacheObject.objects.all_tenants().get(pk=cache.pk)
+        evict = lifecycle.cache_evict(cache=current, actor=actor)
+        assert running.result(timeout=30) == OperationStatus.SUCCEEDED
+    vertex.set_latency(0)
+    refresh.refresh_from_db()
+    cache.refresh_from_db()
+    assert (refresh.status, refresh.error_code) == (OperationStatus.SUCCEEDED, "superseded")
+    assert refresh.finished_at is not None and refresh.lease_until is None
+    assert cache.state == CacheState.EVICTING
+    assert operation_execute(operation_id=str(evict.pk)) == OperationStatus.SUCCEEDED
+    cache.refresh_from_db()
+    assert cache.state == CacheState.EVICTED and vertex.stored_caches() == []
 
 
 def test_evict_deletes_the_remote_and_is_idempotent(vertex, tenant_a, admin_a) -> None:

@@ -18,6 +18,7 @@ from billing.services.usage.queue import (
     _keys,
     queue_key,
     usage_message,
+    usage_queue_append,
     usage_record,
     usage_record_many,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "usage_batch_claim",
     "usage_flush",
     "usage_message",
+    "usage_queue_append",
     "usage_record",
     "usage_record_many",
     "usage_write_direct",

@@ -231,3 +231,11 @@ def usage_record_many(messages: list[bytes]) -> None:
     """Append already-encoded messages in one round trip (batch producers, benchmarks)."""
     if messages:
         ops.redis_client().rpush(queue_key(), *messages)
+
+
+def usage_queue_append(pipeline: Any, messages: list[bytes]) -> None:
+    """Queue the append of encoded messages on a caller's Redis pipeline (sync or
+    asyncio): an async producer (the gateway) books usage in the same round trip as its
+    other counters, without a thread hop. Sent when the caller executes the pipeline."""
+    if messages:
+        pipeline.rpush(queue_key(), *messages)
