@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,31 +59,22 @@ async def handle(request: Request, kind: str) -> Response:
         adapter = await adapter_for(call.model, call.cache)
         adapter.prepare(call)  # honoured or refused: never silently dropped
         books.open(call, adapter.provider)
-        # 3. route: where it goes (the pool, hence the price).
-        target = await adapter.route(call)
-        books.target = target
-        # 4. price (now that the pool is known): the request's upper bound.
-        books.rates = await pricing.rates(adapter.provider, call.model, target.pool)
-        estimate = (
-            pricing.upper_bound_micros(
-                books.rates,
-                prompt_tokens=call.prompt_tokens_bound,
-                max_output_tokens=call.max_output_tokens,
+        # 3-5. route (where it goes: the pool, hence the price), price the request's
+        # upper bound, then rate-limit (key and tenant requests/min, tokens/min,
+        # concurrency) and reserve the estimate on every budget that applies, in one
+        # atomic step in Redis. When the pool is known before routing (every candidate
+        # in one pool), routing and admission are each one round trip: run at once.
+        known = adapter.pool_before_route(call)
+        if known is None:
+            target = books.target = await adapter.route(call)
+            await _price_and_admit(books, call, adapter.provider, target.pool)
+        else:
+            target = books.target = await _route_while_admitting(
+                adapter.route(call), _price_and_admit(books, call, adapter.provider, known)
             )
-            if books.rates is not None
-            else None
-        )
-        # 5. rate-limit (key and tenant requests/min, tokens/min, concurrency) and
-        # reserve the estimate on every budget that applies: one atomic step in Redis.
-        books.admission = await ratelimit.plan(
-            tenant_id=identity.tenant_id,
-            key_id=identity.key_id,
-            call_id=request_id + ":" + str(id(call)),
-            estimated_tokens=call.estimated_tokens,
-        )
-        hold = await budget.plan(identity, amount_micros=estimate, request_id=request_id)
-        await limits.admit(identity, books.admission, hold, request_id=request_id)
-        books.hold = hold
+            if target.pool != known:  # the directory changed in between: price again
+                await books.give_back()
+                await _price_and_admit(books, call, adapter.provider, target.pool)
         # 6. a fair share of the pool when it is saturated.
         books.queue = fairshare.queue_for(target.share_key, target.capacity)
         await books.queue.acquire(
@@ -130,6 +121,45 @@ async def handle(request: Request, kind: str) -> Response:
         return Response(answer.body, media_type="application/json", headers=headers)
     headers["cache-control"] = "no-cache"
     return StreamingResponse(_relay(answer, books), media_type="text/event-stream", headers=headers)
+
+
+async def _price_and_admit(books: _Books, call: Call, provider: str, pool: str) -> None:
+    """Price the call's upper bound for ``pool`` and take its rate limits and budget hold
+    (429 or 402 with nothing taken)."""
+    books.rates = await pricing.rates(provider, call.model, pool)
+    estimate = (
+        pricing.upper_bound_micros(
+            books.rates,
+            prompt_tokens=call.prompt_tokens_bound,
+            max_output_tokens=call.max_output_tokens,
+        )
+        if books.rates is not None
+        else None
+    )
+    identity = call.identity
+    books.admission = await ratelimit.plan(
+        tenant_id=identity.tenant_id,
+        key_id=identity.key_id,
+        call_id=call.request_id + ":" + str(id(call)),
+        estimated_tokens=call.estimated_tokens,
+    )
+    hold = await budget.plan(identity, amount_micros=estimate, request_id=call.request_id)
+    await limits.admit(identity, books.admission, hold, request_id=call.request_id)
+    books.hold = hold
+
+
+async def _route_while_admitting(routing: Awaitable[Target], admitting: Awaitable[None]) -> Target:
+    """Both steps at once; a routing refusal (503, 429) wins over an admission refusal,
+    as when routing ran first (what admission took is given back by the books)."""
+    routed, admitted = await asyncio.gather(routing, admitting, return_exceptions=True)
+    for outcome in (routed, admitted):
+        if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+            raise outcome  # cancellation and exits
+    if isinstance(routed, BaseException):
+        raise routed
+    if isinstance(admitted, BaseException):
+        raise admitted
+    return routed
 
 
 async def _relay(answer: Upstream, books: _Books) -> AsyncIterator[bytes]:
@@ -254,6 +284,11 @@ class _Books:
     def open(self, call: Call, provider: str) -> None:
         self.call, self.provider = call, provider
 
+    async def give_back(self) -> None:
+        """Return the rate-limit slot and the hold taken so far (nothing was sent)."""
+        await limits.close(self.admission, self.hold, actual_tokens=0, actual_micros=0)
+        self.admission, self.hold, self.rates = None, None, None
+
     def rate_headers(self) -> dict[str, str]:
         return self.admission.headers if self.admission is not None else {}
 
@@ -275,16 +310,9 @@ class _Books:
             output_tokens=usage.output_tokens,
         )
         used = usage.prompt_tokens + usage.output_tokens
-        try:
-            await limits.close(
-                self.admission,
-                self.hold,
-                actual_tokens=used if self.sent else 0,
-                actual_micros=pricing.cost_micros(self.rates, counts),
-            )
-        except Exception:
-            logger.exception("closing the books failed", extra={"request_id": call.request_id})
+        cost = pricing.cost_micros(self.rates, counts)
         if not self.sent:
+            await self._settle(actual_tokens=0, actual_micros=cost, request_id=call.request_id)
             return  # refused by a step (429, 402, 503) before sending: nothing was used
         target = self.target
         extra = call.extra
@@ -311,10 +339,30 @@ class _Books:
             available_tokens=int(extra.get("available_tokens", 0)),
             routed_tokens=int(extra.get("routed_tokens", 0)),
         )
+        # Settling the hold and recording the usage are independent: one round trip each,
+        # on two connections at once, instead of one after the other.
+        await asyncio.gather(
+            self._settle(actual_tokens=used, actual_micros=cost, request_id=call.request_id),
+            self._record(meter),
+        )
+
+    async def _settle(self, *, actual_tokens: int, actual_micros: int, request_id: str) -> None:
+        try:
+            await limits.close(
+                self.admission,
+                self.hold,
+                actual_tokens=actual_tokens,
+                actual_micros=actual_micros,
+            )
+        except Exception:
+            logger.exception("closing the books failed", extra={"request_id": request_id})
+
+    @staticmethod
+    async def _record(meter: Meter) -> None:
         try:
             await record(meter)
         except Exception:
-            logger.exception("usage not recorded", extra={"request_id": call.request_id})
+            logger.exception("usage not recorded", extra={"request_id": meter.request_id})
 
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:

@@ -89,6 +89,10 @@ class Adapter(Protocol):
     def prepare(self, call: Call) -> None:
         """Check parameters (400 ``unsupported_parameter``) and build ``upstream_body``."""
 
+    def pool_before_route(self, call: Call) -> str | None:
+        """The price pool when it is known before routing and routing changes nothing
+        the price depends on (every candidate in one pool); None otherwise."""
+
     async def route(self, call: Call) -> Target:
         """Choose where to send (503 ``no_worker`` when nothing can take it)."""
 

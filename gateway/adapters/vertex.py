@@ -152,6 +152,10 @@ class VertexAdapter:
         call.max_output_tokens = int(given or limit) * n
         call.estimated_tokens = prompt_estimate(call) + call.max_output_tokens
 
+    def pool_before_route(self, call: Call) -> str | None:
+        """None: routing reads the cache's token count, which the price bound needs."""
+        return None
+
     async def route(self, call: Call) -> Target:
         cached = await _cache_token_count(call.cache.id) if call.cache is not None else 0
         call.prompt_tokens_bound = prompt_bound(call) + cached

@@ -126,6 +126,12 @@ class VllmAdapter:
         )
         call.estimated_tokens = prompt_estimate(call) + call.max_output_tokens
 
+    def pool_before_route(self, call: Call) -> str | None:
+        """The workers' pool when they all share one (the usual fleet): the price does
+        not wait for the routing decision then."""
+        pools = {w.pool for w in directory.serving(call.model)}
+        return pools.pop() if len(pools) == 1 else None
+
     async def route(self, call: Call) -> Target:
         workers = directory.serving(call.model)
         if not workers:

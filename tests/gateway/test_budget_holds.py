@@ -251,3 +251,33 @@ def test_a_disconnected_stream_is_booked_from_what_was_streamed(
     period, live = _period_after_flush(budget)
     assert period.spent_micros == row.output_tokens * 1000 == live["spent"]
     assert live["reserved"] == 0
+
+
+def test_a_routing_refusal_gives_back_the_hold_taken_beside_it(
+    live_server_url, ref_workers, tenant_keys
+):
+    """With one pool the price is known before routing, and the hold is taken while the
+    request is routed: a request routing refuses (batch work under KV pressure) answers
+    the routing refusal, and its hold and concurrency slot are given back at once."""
+    from billing.services.budget_reservations import budget_period_live
+    from gateway.directory import directory
+    from workers.models import Worker
+
+    acme = tenant_keys["gw-acme"]
+    price_pool_decode_only()  # 1,000 µ$ per output token: the hold is max_tokens x 1,000
+    budget = hard_budget(acme, limit_micros=4 * 1000)  # room for exactly one request
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 4}
+    headers = {"Authorization": f"Bearer {acme['key']}"}
+    Worker.objects.update(metrics={"vllm:kv_cache_usage_perc": 0.93})
+    directory.forget()
+    refused = httpx.post(
+        f"{live_server_url}/v1/chat/completions",
+        json=body,
+        headers={**headers, "X-Cacheplane-Priority": "batch"},
+    )
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "kv_memory_pressure"
+    period, _live = _period_after_flush(budget)
+    assert budget_period_live(period_id=period.pk)["reserved"] == 0
+    served = httpx.post(f"{live_server_url}/v1/chat/completions", json=body, headers=headers)
+    assert served.status_code == 200  # the room the refused request held is back
