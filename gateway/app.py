@@ -117,6 +117,7 @@ async def lifespan(scope: Scope, receive: Receive, send: Send) -> None:
         if message["type"] == "lifespan.startup":
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            await directory.loads_published()
             await upstream.close()
             await send({"type": "lifespan.shutdown.complete"})
             return

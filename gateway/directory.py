@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from caches.providers.vertex import VertexScope
 
 REFRESH_SECONDS = 2.0
+#: How long this replica's load changes wait to be published together (fleet-wide load
+#: is this much late at most; the routing reservation covers a new request meanwhile).
+LOAD_PUBLISH_SECONDS = 0.005
 
 
 class _Missing(enum.Enum):
@@ -87,6 +90,9 @@ class Directory:
         )
     )
     _pushes: set[asyncio.Task[None]] = field(default_factory=set)
+    # worker → [net change, requests sent] not yet in the fleet's load state.
+    _unpublished: dict[str, list[int]] = field(default_factory=dict)
+    _publisher: asyncio.Task[None] | None = None
 
     async def current_workers(self) -> list[WorkerView]:
         if time.monotonic() - self.loaded_at < REFRESH_SECONDS:
@@ -119,18 +125,48 @@ class Directory:
     def _publish(self, worker: str, delta: int) -> None:
         """Mirror a local change into the fleet's load state, off the request path.
 
-        Fire and forget: an unreachable Redis only means the other replicas see this
-        one's load late (routing then reads local counts; see ``gateway.routing``).
+        Coalesced: changes of the next ``LOAD_PUBLISH_SECONDS`` go in one write per
+        worker (a request shorter than that is its +1 and -1 netted to 0, its routing
+        reservation still dropped), instead of a task and a Redis round trip for every
+        change. Fire and forget: an unreachable Redis only means the other replicas see
+        this one's load late (routing then reads local counts; see ``gateway.routing``).
         """
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
+        with self._lock:
+            change = self._unpublished.setdefault(worker, [0, 0])
+            change[0] += delta
+            change[1] += int(delta > 0)
+        if self._publisher is None or self._publisher.done():
+            task = loop.create_task(self._publish_loads())
+            self._publisher = task
+            self._pushes.add(task)
+            task.add_done_callback(self._pushes.discard)
+
+    async def loads_published(self) -> None:
+        """Wait until this loop's pending load changes are in the fleet's state
+        (shutdown, tests)."""
+        publisher = self._publisher
+        if publisher is not None and not publisher.done():
+            await publisher
+
+    async def _publish_loads(self) -> None:
         from gateway.routing import publish_load
 
-        task = loop.create_task(publish_load(replica=self.replica, worker=worker, delta=delta))
-        self._pushes.add(task)
-        task.add_done_callback(self._pushes.discard)
+        while True:
+            await asyncio.sleep(LOAD_PUBLISH_SECONDS)  # the coalescing window, not work
+            with self._lock:
+                changes, self._unpublished = self._unpublished, {}
+            if not changes:
+                return
+            await asyncio.gather(
+                *(
+                    publish_load(replica=self.replica, worker=worker, delta=delta, sent=sent)
+                    for worker, (delta, sent) in changes.items()
+                )
+            )
 
     async def cache(self, tenant_id: str, reference: str) -> CacheView | None:
         key = (tenant_id, reference)

@@ -9,6 +9,8 @@ requests (:class:`BatchedScript`), each request still its own atomic step.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlparse
 
@@ -122,6 +124,7 @@ class BatchedScript:
     def __init__(self, op: str, *, prelude: str = "") -> None:
         """``op``: the body of ``function(KEYS, ARGV)``; ``prelude``: Lua it may call."""
         self.source = _BATCH.replace("__PRELUDE__", prelude).replace("__OP__", op)
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
         self._loops: dict[int, tuple[asyncio.AbstractEventLoop, _Batches]] = {}
 
     async def __call__(self, *, keys: list[str], args: list[str]) -> Any:
@@ -138,20 +141,33 @@ class BatchedScript:
             batches.writer = loop.create_task(self._write(batches))
         return await done
 
+    @staticmethod
+    def packed(calls: Sequence[tuple[list[str], list[str]]]) -> tuple[list[str], list[str]]:
+        """KEYS and ARGV of one run of the script for ``calls`` (see ``_BATCH``)."""
+        keys: list[str] = []
+        sizes: list[str] = [str(len(calls))]
+        args: list[str] = []
+        for call_keys, call_args in calls:
+            keys += call_keys
+            args += call_args
+            sizes += [str(len(call_keys)), str(len(call_args))]
+        return keys, sizes + args
+
+    def queue(self, pipe: Any, calls: Sequence[tuple[list[str], list[str]]]) -> None:
+        """One ``EVALSHA`` for ``calls`` on a caller's pipeline, so they share its round
+        trip; its reply is one reply per call. A ``NoScriptError`` in its place means Redis
+        lost the script (a restart): run the calls again through ``__call__``."""
+        keys, args = self.packed(calls)
+        pipe.evalsha(self.sha, len(keys), *keys, *args)
+
     async def _write(self, batches: _Batches) -> None:
         while batches.pending:
             batch = batches.pending[: self.MAX_BATCH]
             del batches.pending[: self.MAX_BATCH]
-            keys: list[str] = []
-            sizes: list[str] = [str(len(batch))]
-            args: list[str] = []
-            for call_keys, call_args, _ in batch:
-                keys += call_keys
-                args += call_args
-                sizes += [str(len(call_keys)), str(len(call_args))]
+            keys, args = self.packed([(call_keys, call_args) for call_keys, call_args, _ in batch])
             try:
                 # EVALSHA (EVAL once where Redis does not know the script yet).
-                replies = await script(self.source)(keys=keys, args=sizes + args)
+                replies = await script(self.source)(keys=keys, args=args)
             except Exception as exc:
                 for _, _, done in batch:
                     if not done.done():

@@ -15,6 +15,10 @@ processes) are exactly those of the scripts run one by one.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
 from billing.services import budget_reservations as holds
 from gateway import budget, ratelimit
 from gateway.errors import GatewayError
@@ -120,19 +124,23 @@ async def admit(
     raise GatewayError(503, "budget_unavailable", "Budget counters are unavailable.")
 
 
-async def close(
+ClosePart = tuple[list[str], list[str]]
+
+
+def close_part(
     admission: ratelimit.Admission | None,
     hold: budget.Hold | None,
     *,
     actual_tokens: int | None,
     actual_micros: int,
-) -> None:
-    """Give back the rate-limit slot (tokens corrected to ``actual_tokens``) and settle
-    the hold at ``actual_micros``, in one step. Each part at most once."""
+) -> ClosePart | None:
+    """KEYS and ARGV of the closing script for one request: give back the rate-limit slot
+    (tokens corrected to ``actual_tokens``) and settle the hold at ``actual_micros``.
+    None when there is nothing to close. Each part at most once."""
     finish = ratelimit.finish_part(admission, actual_tokens=actual_tokens)
     settle = budget.settle_part(hold, actual_micros=actual_micros)
     if finish is None and settle is None:
-        return
+        return None
     keys: list[str] = []
     args = ["0", "0"]
     if finish is not None:
@@ -143,4 +151,28 @@ async def close(
         keys += settle[0]
         args[1] = str(len(settle[0]))
         args += settle[1]
-    await _CLOSE(keys=keys, args=args)
+    return keys, args
+
+
+async def close(
+    admission: ratelimit.Admission | None,
+    hold: budget.Hold | None,
+    *,
+    actual_tokens: int | None,
+    actual_micros: int,
+) -> None:
+    """Close one request's rate limits and hold (:func:`close_part`) in its own step."""
+    part = close_part(admission, hold, actual_tokens=actual_tokens, actual_micros=actual_micros)
+    if part is not None:
+        await _CLOSE(keys=part[0], args=part[1])
+
+
+def queue_close(pipe: Any, parts: Sequence[ClosePart]) -> None:
+    """The closing steps of ``parts`` as one script run on a caller's pipeline
+    (``gateway.closing``: the same round trip as the usage records)."""
+    _CLOSE.queue(pipe, parts)
+
+
+async def rerun_close(parts: Sequence[ClosePart]) -> None:
+    """Run closing steps again on their own (Redis lost the script: NOSCRIPT)."""
+    await asyncio.gather(*(_CLOSE(keys=keys, args=args) for keys, args in parts))

@@ -7,7 +7,6 @@ hits to a Redis hash (folded into the cache rows by ``caches.tasks.cache_hits_fl
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,8 +15,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.metrics import MetricWrapperBase
-
-from controlplane.db import db_sync_to_async
 
 logger = logging.getLogger(__name__)
 
@@ -144,45 +141,21 @@ def _observe(meter: Meter) -> None:
 
 
 def meter_finish_many(meters: Sequence[Meter]) -> None:
-    """Record finished requests from synchronous code: the same steps as the gateway's
-    :func:`record`, through the process's synchronous Redis client."""
-    messages, recorded = _encode(meters)
+    """Record finished requests from synchronous code: the steps the gateway's closing
+    (``gateway.closing``) takes, through the process's synchronous Redis client."""
+    messages, recorded = encode_usage(meters)
     if not recorded:
         return
     try:
         pipe = _redis_client().pipeline(transaction=False)
-        _queue_usage(pipe, messages, recorded)
+        queue_usage(pipe, messages, recorded)
         pipe.execute()
     except Exception:
-        _write_direct(messages, recorded)
-    _tick(recorded)
+        write_direct(messages, recorded)
+    tick(recorded)
 
 
-async def _finish_many(meters: Sequence[Meter]) -> None:
-    """Record finished requests: metrics, the usage queue, cache hits, the live ticker.
-
-    Their usage goes to billing's ledger queue and their cache hits to the hits hash in
-    one pipeline on the event loop's own Redis client (one round trip, no thread hop). A
-    request whose usage is invalid is logged and dropped; a batch Redis refuses goes
-    straight to the ledger instead (``usage_write_direct``, the same idempotent path, in
-    a thread), and only if that fails too is it logged and dropped. Metering never fails
-    a response.
-    """
-    from gateway import hotpath_redis
-
-    messages, recorded = _encode(meters)
-    if not recorded:
-        return
-    try:
-        pipe = hotpath_redis.client().pipeline(transaction=False)
-        _queue_usage(pipe, messages, recorded)
-        await pipe.execute()
-    except Exception:
-        await db_sync_to_async(_write_direct)(messages, recorded)
-    _tick(recorded)
-
-
-def _encode(meters: Sequence[Meter]) -> tuple[list[bytes], list[Meter]]:
+def encode_usage(meters: Sequence[Meter]) -> tuple[list[bytes], list[Meter]]:
     """Observe each request's metrics and encode its usage message (billing's format)."""
     from billing.services.usage import usage_message
     from tenants.models import Tenant
@@ -220,7 +193,7 @@ def _encode(meters: Sequence[Meter]) -> tuple[list[bytes], list[Meter]]:
     return messages, recorded
 
 
-def _queue_usage(pipe: Any, messages: list[bytes], recorded: Sequence[Meter]) -> None:
+def queue_usage(pipe: Any, messages: list[bytes], recorded: Sequence[Meter]) -> None:
     """The usage messages and the cache-hit counters, queued on one Redis pipeline."""
     from billing.services.usage import usage_queue_append
     from caches.services.hits import CACHE_HITS_KEY
@@ -232,9 +205,11 @@ def _queue_usage(pipe: Any, messages: list[bytes], recorded: Sequence[Meter]) ->
             pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:tokens", meter.cached_tokens)
 
 
-def _write_direct(messages: list[bytes], recorded: Sequence[Meter]) -> None:
-    """Redis refused the batch: the usage goes straight to the ledger (runs in a thread;
-    idempotent, so a batch Redis did take in part is not booked twice)."""
+def write_direct(messages: list[bytes], recorded: Sequence[Meter]) -> None:
+    """Redis refused the batch: the usage goes straight to the ledger (synchronous: the
+    gateway runs it in a thread; idempotent, so a batch Redis did take in part is not
+    booked twice). A request whose usage is invalid was already logged and dropped by
+    :func:`encode_usage`; only if this fails too is a record logged and dropped."""
     from billing.services.usage import usage_write_direct
 
     logger.warning("usage queue unreachable; writing usage to the ledger directly")
@@ -248,7 +223,7 @@ def _write_direct(messages: list[bytes], recorded: Sequence[Meter]) -> None:
             logger.exception("usage record dropped", extra={"request_id": meter.request_id})
 
 
-def _tick(recorded: Sequence[Meter]) -> None:
+def tick(recorded: Sequence[Meter]) -> None:
     """The live console's per-tenant counters (in memory; published once a second)."""
     from controlplane.live.usage import UsageDelta, usage_ticker
 
@@ -269,52 +244,3 @@ def _tick(recorded: Sequence[Meter]) -> None:
             )
         except Exception:
             logger.exception("usage record dropped", extra={"request_id": meter.request_id})
-
-
-class MeterQueue:
-    """Group commit for metering on one event loop.
-
-    Requests that finish while a batch is being written join the next batch: one Redis
-    round trip per batch instead of per request. Each request still
-    returns only once its own record is written, as when it was written alone.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self._pending: list[tuple[Meter, asyncio.Future[None]]] = []
-        self._writer: asyncio.Task[None] | None = None
-
-    async def record(self, meter: Meter) -> None:
-        written = self.loop.create_future()
-        self._pending.append((meter, written))
-        if self._writer is None or self._writer.done():
-            self._writer = self.loop.create_task(self._write())
-        await written
-
-    async def _write(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending, []
-            error: Exception | None = None
-            try:
-                await _finish_many([meter for meter, _ in batch])
-            except Exception as exc:
-                error = exc
-            for _, written in batch:
-                if written.done():  # its request was cancelled; the record is written anyway
-                    continue
-                if error is None:
-                    written.set_result(None)
-                else:
-                    written.set_exception(error)
-
-
-_queue: MeterQueue | None = None
-
-
-async def record(meter: Meter) -> None:
-    """Record one finished request (batched with others finishing at the same time)."""
-    global _queue
-    loop = asyncio.get_running_loop()
-    if _queue is None or _queue.loop is not loop:
-        _queue = MeterQueue(loop)
-    await _queue.record(meter)

@@ -30,13 +30,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from billing.pricing import UsageCounts
 from controlplane.db import db_sync_to_async
 from controlplane.request_context import sanitize_request_id
-from gateway import budget, fairshare, limits, pricing, ratelimit
+from gateway import budget, closing, fairshare, limits, pricing, ratelimit
 from gateway.adapters.base import Adapter, Call, Target, Upstream
 from gateway.adapters.registry import adapter_for
 from gateway.directory import CacheView, directory
 from gateway.errors import GatewayError
 from gateway.identity import Identity, identify, identity_refused
-from gateway.metering import Meter, record
+from gateway.metering import Meter
 from gateway.requests import read_body, validate_body
 
 logger = logging.getLogger(__name__)
@@ -310,10 +310,15 @@ class _Books:
             output_tokens=usage.output_tokens,
         )
         used = usage.prompt_tokens + usage.output_tokens
-        cost = pricing.cost_micros(self.rates, counts)
-        if not self.sent:
-            await self._settle(actual_tokens=0, actual_micros=cost, request_id=call.request_id)
-            return  # refused by a step (429, 402, 503) before sending: nothing was used
+        part = limits.close_part(
+            self.admission,
+            self.hold,
+            actual_tokens=used if self.sent else 0,
+            actual_micros=pricing.cost_micros(self.rates, counts),
+        )
+        if not self.sent:  # refused by a step (429, 402, 503) before sending
+            await closing.close(part, None)
+            return
         target = self.target
         extra = call.extra
         meter = Meter(
@@ -339,30 +344,7 @@ class _Books:
             available_tokens=int(extra.get("available_tokens", 0)),
             routed_tokens=int(extra.get("routed_tokens", 0)),
         )
-        # Settling the hold and recording the usage are independent: one round trip each,
-        # on two connections at once, instead of one after the other.
-        await asyncio.gather(
-            self._settle(actual_tokens=used, actual_micros=cost, request_id=call.request_id),
-            self._record(meter),
-        )
-
-    async def _settle(self, *, actual_tokens: int, actual_micros: int, request_id: str) -> None:
-        try:
-            await limits.close(
-                self.admission,
-                self.hold,
-                actual_tokens=actual_tokens,
-                actual_micros=actual_micros,
-            )
-        except Exception:
-            logger.exception("closing the books failed", extra={"request_id": request_id})
-
-    @staticmethod
-    async def _record(meter: Meter) -> None:
-        try:
-            await record(meter)
-        except Exception:
-            logger.exception("usage not recorded", extra={"request_id": meter.request_id})
+        await closing.close(part, meter)
 
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:

@@ -227,18 +227,28 @@ def fleet_client() -> Any | None:
     return entry[1]
 
 
-async def publish_load(*, replica: str, worker: str, delta: int) -> None:
-    """Add ``delta`` to this replica's in-flight count for ``worker`` in the fleet state."""
+async def publish_load(*, replica: str, worker: str, delta: int, sent: int | None = None) -> None:
+    """Add ``delta`` to this replica's in-flight count for ``worker`` in the fleet state;
+    ``sent`` requests (default: a positive ``delta``) are counted now, so their routing
+    reservations are dropped (a +1 and a -1 coalesced into 0 still sent one)."""
     client = fleet_client()
     if client is None:
         return
     now = time.time()
-    member = _take_reservation(worker, now) if delta > 0 else ""
+    count = max(delta, 0) if sent is None else sent
+    members = [m for m in (_take_reservation(worker, now) for _ in range(count)) if m]
     try:
         pipe = client.pipeline(transaction=False)
         load_state.queue_add(
-            pipe, replica=replica, worker=worker, delta=delta, now=now, reservation=member
+            pipe,
+            replica=replica,
+            worker=worker,
+            delta=delta,
+            now=now,
+            reservation=members[0] if members else "",
         )
+        if len(members) > 1:
+            pipe.zrem(load_state.reserved_key(worker), *members[1:])
         await pipe.execute()
     except Exception:  # Redis down: others see this replica's load once it is back
         logger.debug("fleet load update failed", exc_info=True)

@@ -281,3 +281,32 @@ def test_a_routing_refusal_gives_back_the_hold_taken_beside_it(
     assert budget_period_live(period_id=period.pk)["reserved"] == 0
     served = httpx.post(f"{live_server_url}/v1/chat/completions", json=body, headers=headers)
     assert served.status_code == 200  # the room the refused request held is back
+
+
+def test_after_redis_forgets_its_scripts_holds_still_settle_and_usage_is_recorded(
+    live_server_url, ref_workers, tenant_keys
+):
+    """The closing step rides on the usage pipeline as a bare EVALSHA: when Redis lost
+    the script (a restart, SCRIPT FLUSH), the step runs again on its own."""
+    from billing.models import UsageRecord
+    from billing.services.usage import usage_flush
+    from controlplane import ops
+
+    acme = tenant_keys["gw-acme"]
+    price_pool_decode_only()
+    budget = hard_budget(acme, limit_micros=10 * 4 * 1000)
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "count"}],
+        "max_tokens": 4,
+        "ignore_eos": True,
+    }
+    headers = {"Authorization": f"Bearer {acme['key']}"}
+    url = f"{live_server_url}/v1/chat/completions"
+    assert httpx.post(url, json=body, headers=headers).status_code == 200
+    ops.redis_client().script_flush()
+    assert httpx.post(url, json=body, headers=headers, timeout=30).status_code == 200
+    period, live = _period_after_flush(budget)
+    assert (period.spent_micros, live["spent"], live["reserved"]) == (8000, 8000, 0)
+    usage_flush()
+    assert UsageRecord.objects.all_tenants().filter(tenant=acme["tenant"]).count() == 2

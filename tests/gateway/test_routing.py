@@ -301,6 +301,34 @@ def test_a_routing_decision_reserves_a_slot_until_the_request_is_counted(redis_f
     assert redis_flush.hget(load_state.INFLIGHT_KEY, f"gw-a|{chosen}") == b"1"
 
 
+def test_a_request_sent_and_finished_within_the_publish_window_still_drops_its_reservation(
+    redis_flush,
+):
+    """Load changes are published together every few milliseconds: a request that was
+    sent and finished in between nets to 0 in flight, and its reservation still goes."""
+    import asyncio
+
+    from gateway.directory import Directory
+    from workers import kv_index, load_state
+
+    workers = _workers()
+    kv_index.mark_live(redis_flush, workers=[w.name for w in workers])
+    chosen = _route(workers, NEW, replica="gw-a").candidates[0].name
+    reserved = load_state.reserved_key(chosen)
+    assert redis_flush.zcard(reserved) == 1
+    local = Directory(replica="gw-a")
+
+    async def send_and_finish() -> None:
+        local.acquire(chosen)
+        local.release(chosen)
+        await local.loads_published()
+
+    asyncio.run(send_and_finish())
+    assert redis_flush.zcard(reserved) == 0
+    assert redis_flush.hget(load_state.INFLIGHT_KEY, f"gw-a|{chosen}") == b"0"
+    assert redis_flush.hexists(load_state.BEAT_KEY, "gw-a")  # the replica is alive
+
+
 async def _publish(routing, worker: str) -> None:
     await routing.publish_load(replica="gw-a", worker=worker, delta=+1)
 
