@@ -19,8 +19,10 @@ The stub is ``bench/gateway_stub.py``, the load generator and process handling
 ``bench/gateway_load.py``.
 
 Concurrency 1, 8 and 32, plain and streaming. Servers under test are pinned to the last
-CPU, the load generator and the stub to the others (``--no-pin`` to let the scheduler
-place them). Ratios to LiteLLM and the router come from the same run.
+CPU; the load generator, the stub and (without ``DATABASE_URL``/``REDIS_URL``) the
+embedded PostgreSQL and Redis to the others, as in a deployment where they run on other
+hosts (``--no-pin`` to let the scheduler place everything). Ratios to LiteLLM and the
+router come from the same run.
 
     .venv/bin/python bench/gateway_overhead.py [--requests 1500] [--quick]
 
@@ -178,9 +180,12 @@ def main() -> int:
     other_cpus = set(cpus[:-1]) if pin else None
     bodies = _bodies()
     results: dict[str, dict] = {}
+    if other_cpus:
+        # Before the embedded PostgreSQL and Redis start, so they inherit it: a shared
+        # service on the server's CPU would bill its work to whichever server uses it.
+        os.sched_setaffinity(0, other_cpus)
+    embedded = not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
     with scratch_django("gateway_overhead"):
-        if other_cpus:
-            os.sched_setaffinity(0, other_cpus)
         stub_port = next_port()
         stub_url = f"http://127.0.0.1:{stub_port}"
         key = _create_caller(stub_url)
@@ -190,8 +195,14 @@ def main() -> int:
             f"set-up: {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
             f"Python {platform.python_version()}; load average {os.getloadavg()[0]:.2f}; "
             + (
-                f"servers under test pinned to CPU {sorted(server_cpus)}, load generator and "
-                f"stub to CPU {sorted(other_cpus)}"
+                f"servers under test pinned to CPU {sorted(server_cpus)}, load generator, "
+                f"stub{', PostgreSQL and Redis' if embedded else ''} to CPU {sorted(other_cpus)}"
+                + (
+                    ""
+                    if embedded
+                    else " (DATABASE_URL/REDIS_URL given: those servers are not pinned and"
+                    " may share the gateway's CPU; unset both for embedded, pinned ones)"
+                )
                 if pin
                 else "no CPU pinning"
             )
