@@ -50,10 +50,10 @@ EXACT_EPSILON = env_float("CACHEPLANE_ROUTING_HOLDER_EPSILON", 2.0, minimum=0.0)
 # few thousand requests count, measured in decisions so the bound is the same on any
 # machine speed.
 RATE_WINDOW = 4096.0
-# Both loads are compared with a prior of this many requests on every worker: with few
+# Request counts are compared with a prior of this many requests on every worker: with few
 # requests in the window, one request is not yet "25 % over the mean" (Laplace smoothing;
 # without it, early sessions spilled mid-conversation).
-LOAD_PRIOR = 8.0
+LOAD_PRIOR = 16.0
 MATCH_THRESHOLD = 0.3  # below this share of the prompt held anywhere: a placement, by load
 
 ROUTES = Counter(

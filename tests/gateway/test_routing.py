@@ -327,7 +327,7 @@ def test_a_malformed_holder_bound_stops_the_gateway_naming_the_variable(raw) -> 
 
 
 def test_a_hot_prefix_is_replicated_once_its_holder_reaches_the_balance_bound(redis_flush):
-    from gateway import routing
+    from gateway.routing import exact
     from workers import kv_index
 
     workers = _workers()
@@ -336,9 +336,10 @@ def test_a_hot_prefix_is_replicated_once_its_holder_reaches_the_balance_bound(re
     chosen = [_route(workers, BODY, replica=f"gw-{n % 4}").candidates[0].name for n in range(40)]
     counts = {w.name: chosen.count(w.name) for w in workers}
     # The holder keeps the prefix until its share reaches c x the mean (with the prior of
-    # LOAD_PRIOR requests, about 15 of 40 at c = 1.25); the spill goes to one more worker,
+    # LOAD_PRIOR requests, about 17 of 40 at c = 1.25); the spill goes to one more worker,
     # whose claim makes it a holder, so later spills find the prefix there too.
-    bound = routing.BALANCE * (40 / 4 + 8) - 8 + 1
+    prior = exact.LOAD_PRIOR
+    bound = exact.BALANCE * (40 / 4 + prior) - prior + 1
     assert chosen[0] == "w2" and counts["w2"] == max(counts.values())
     assert max(counts.values()) <= bound
     assert sum(1 for c in counts.values() if c) >= 2
