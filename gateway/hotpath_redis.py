@@ -45,7 +45,7 @@ def client() -> aioredis.Redis:
     if entry is None or entry[0] is not loop:
         entry = (
             loop,
-            aioredis.Redis(connection_pool=_pool(settings.REDIS_URL)),
+            aioredis.Redis(connection_pool=connection_pool(settings.REDIS_URL)),
         )
         if len(_clients) > 16:  # loops of finished test servers
             _clients.clear()
@@ -53,18 +53,19 @@ def client() -> aioredis.Redis:
     return entry[1]
 
 
-def _pool(url: str) -> aioredis.BlockingConnectionPool:
-    """A bounded, blocking pool: a burst of requests waits for one of a few connections
-    instead of opening hundreds at once (which is what times out)."""
+def connection_pool(url: str, *, timeout: float = 10.0) -> aioredis.BlockingConnectionPool:
+    """A bounded, blocking pool with hiredis packing: a burst of requests waits for one
+    of a few connections instead of opening hundreds at once (which is what times out).
+    ``timeout`` bounds connecting, each reply and the wait for a pooled connection."""
     options: dict[str, Any] = {}
     if urlparse(url).scheme == "redis":  # TCP without TLS (rediss:// and unix:// keep theirs)
         options["connection_class"] = HiredisPackedConnection
     return aioredis.BlockingConnectionPool.from_url(
         url,
         max_connections=64,
-        timeout=10,
-        socket_connect_timeout=10,
-        socket_timeout=10,
+        timeout=timeout,
+        socket_connect_timeout=timeout,
+        socket_timeout=timeout,
         **options,
     )
 

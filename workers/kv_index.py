@@ -22,7 +22,7 @@ Keys (all under ``cp:kv:``):
   claim: the index has it then). A claim whose request never ran expires after
   :data:`PENDING_SECONDS`; the whole hash expires when traffic stops.
 
-The hot path is one script (:data:`ROUTE_LUA`, one round trip, atomic): it reads the
+The hot path is one script (``workers.kv_route.ROUTE_LUA``, one round trip, atomic): it reads the
 index's freshness, per worker the blocks held and held-or-claimed (the longest consecutive
 run from block 0, counted inside Redis, so the reply is a few integers a worker instead
 of one per block) and the fleet's in-flight counts (``workers.load_state``), makes the
@@ -43,130 +43,6 @@ PREFIX = "cp:kv:"
 LIVE_KEY = PREFIX + "live"
 STALE_SECONDS = 5.0
 PENDING_SECONDS = 5.0  # a claim outlives any prefill; BlockStored normally removes it first
-
-# The hot path's one round trip: read, decide, and record the decision, atomically (Redis
-# runs a script alone), so two replicas routing the same new prefix at the same moment
-# see each other's choice. KEYS: live, beat, inflight. ARGV:
-#  1 now, 2 stale seconds, 3 replica TTL, 4 this replica, 5 the prefix of worker keys,
-#  6 workers in rendezvous order for this request's key (space-separated), 7 its block
-#  hashes (space-separated), 8 the prefix of reservation keys, 9 this replica's own
-#  in-flight count per worker, 10 per worker 1 if below the KV pressure threshold,
-#  11 match threshold, 12 epsilon, 13 claim expiry, 14 key TTL seconds, 15 reservation
-#  expiry, 16 reservation member, 17 "1" to decide (else read only).
-# Returns {fresh, per worker: held, held or claimed, in flight + reserved; then, if it
-# decided, the failover order as 1-based positions in ARGV[6]}. The decision is
-# gateway.routing's exact policy (documented there). Worker keys are built from ARGV,
-# so this is for one Redis, not Redis Cluster.
-ROUTE_LUA = """
-local now = tonumber(ARGV[1])
-local workers, hashes, mine, cool = {}, {}, {}, {}
-for w in string.gmatch(ARGV[6], '%S+') do workers[#workers + 1] = w end
-for h in string.gmatch(ARGV[7], '%S+') do hashes[#hashes + 1] = h end
-for x in string.gmatch(ARGV[9], '%S+') do mine[#mine + 1] = tonumber(x) end
-for x in string.gmatch(ARGV[10], '%S+') do cool[#cool + 1] = (x == '1') end
-local n = #workers
-local fresh = 1
-if n == 0 then fresh = 0 else
-  local stamps = redis.call('HMGET', KEYS[1], unpack(workers))
-  for i = 1, n do
-    if not stamps[i] or now - tonumber(stamps[i]) > tonumber(ARGV[2]) then fresh = 0 end
-  end
-end
-redis.call('HSET', KEYS[2], ARGV[4], ARGV[1])
-local live = {}
-local beats = redis.call('HGETALL', KEYS[2])
-for i = 1, #beats, 2 do
-  if now - tonumber(beats[i + 1]) <= tonumber(ARGV[3]) then live[beats[i]] = true end
-end
-local fleet = {}
-local inflight = redis.call('HGETALL', KEYS[3])
-for i = 1, #inflight, 2 do
-  local f = inflight[i]
-  local sep = string.find(f, '|', 1, true)
-  if sep and live[string.sub(f, 1, sep - 1)] then
-    local w = string.sub(f, sep + 1)
-    local c = tonumber(inflight[i + 1]) or 0
-    if c > 0 then fleet[w] = (fleet[w] or 0) + c end
-  else
-    redis.call('HDEL', KEYS[3], f)  -- a dead replica's counts stop counting
-  end
-end
-local out = {fresh}
-local held, score, load = {}, {}, {}
-local best, total, anycool = 0, 0, false
-for i, w in ipairs(workers) do
-  local key, pkey, rkey = ARGV[5] .. 'w:' .. w, ARGV[5] .. 'p:' .. w, ARGV[8] .. w
-  -- One HMGET per key (a C loop) instead of a call per block, and none at all where
-  -- the first block that matters is absent (most workers, for most prompts).
-  local h, c, got = 0, 0, {}
-  if #hashes > 0 and redis.call('HEXISTS', key, hashes[1]) == 1 then
-    got = redis.call('HMGET', key, unpack(hashes))
-    while h < #hashes and got[h + 1] do h = h + 1 end
-  end
-  c = h
-  if c < #hashes and redis.call('HEXISTS', pkey, hashes[h + 1]) == 1 then
-    local till = redis.call('HMGET', pkey, unpack(hashes, h + 1))
-    while c < #hashes do
-      if not got[c + 1] then
-        local t = till[c + 1 - h]
-        if not t or tonumber(t) < now then break end
-      end
-      c = c + 1
-    end
-  end
-  redis.call('ZREMRANGEBYSCORE', rkey, '-inf', now)
-  local l = (fleet[w] or 0) + redis.call('ZCARD', rkey)
-  held[i], score[i] = h, c
-  load[i] = math.max(l, mine[i] or 0)  -- this replica's own count is newer
-  best = math.max(best, c)
-  total = total + load[i]
-  if cool[i] then anycool = true end
-  out[#out + 1] = h
-  out[#out + 1] = c
-  out[#out + 1] = l
-end
-if fresh == 0 or ARGV[17] ~= '1' then return out end
-local function usable(i) return cool[i] or not anycool end
-local order, rest = {}, {}
-if #hashes > 0 and best < tonumber(ARGV[11]) * #hashes then
-  for i = 1, n do
-    if usable(i) then order[#order + 1] = i else rest[#rest + 1] = i end
-  end
-  table.sort(order, function(a, b)
-    if load[a] ~= load[b] then return load[a] < load[b] end
-    if score[a] ~= score[b] then return score[a] > score[b] end
-    return a < b
-  end)
-else
-  local ranked = {}
-  for i = 1, n do ranked[i] = i end
-  table.sort(ranked, function(a, b)
-    if score[a] ~= score[b] then return score[a] > score[b] end
-    return a < b
-  end)
-  local bound = math.ceil((1 + tonumber(ARGV[12])) * (total + 1) / n)
-  for _, i in ipairs(ranked) do
-    if usable(i) and load[i] + 1 <= bound then order[#order + 1] = i
-    else rest[#rest + 1] = i end
-  end
-end
-for _, i in ipairs(rest) do order[#order + 1] = i end
-local chosen = order[1]
-local w = workers[chosen]
-local args = {}
-for j = held[chosen] + 1, #hashes do
-  args[#args + 1] = hashes[j]
-  args[#args + 1] = ARGV[13]
-end
-if #args > 0 then
-  redis.call('HSET', ARGV[5] .. 'p:' .. w, unpack(args))
-  redis.call('EXPIRE', ARGV[5] .. 'p:' .. w, ARGV[14])
-end
-redis.call('ZADD', ARGV[8] .. w, ARGV[15], ARGV[16])
-redis.call('EXPIRE', ARGV[8] .. w, ARGV[14])
-for _, i in ipairs(order) do out[#out + 1] = i end
-return out
-"""
 
 # KEYS: a pending hash. ARGV: now. Deletes claims that expired.
 PRUNE_LUA = """
@@ -256,62 +132,6 @@ def prune_pending(client: Any, *, workers: Sequence[str], now: float | None = No
     """Delete expired claims (requests that were routed but never ran); the indexer's job."""
     stamp = now if now is not None else time.time()
     return sum(int(client.eval(PRUNE_LUA, 1, pending_key(w), str(stamp)) or 0) for w in workers)
-
-
-def route_args(
-    *,
-    workers: Sequence[str],
-    hashes: Sequence[int],
-    replica: str,
-    now: float,
-    replica_ttl: float,
-    mine: Sequence[int] = (),
-    cool: Sequence[bool] = (),
-    threshold: float = 0.0,
-    epsilon: float = 0.0,
-    member: str = "",
-    decide: bool = False,
-) -> tuple[list[str], list[str]]:
-    """``(keys, args)`` of one :data:`ROUTE_LUA` call (``decide``: also choose and claim)."""
-    from workers import load_state
-
-    keys = [LIVE_KEY, load_state.BEAT_KEY, load_state.INFLIGHT_KEY]
-    args = [
-        f"{now:.6f}",
-        str(STALE_SECONDS),
-        str(replica_ttl),
-        replica,
-        PREFIX,
-        " ".join(workers),
-        " ".join(map(str, hashes)),
-        load_state.RESERVED_PREFIX,
-        " ".join(map(str, mine)) if mine else " ".join("0" for _ in workers),
-        " ".join("1" if c else "0" for c in cool) if cool else " ".join("1" for _ in workers),
-        repr(threshold),
-        repr(epsilon),
-        f"{now + PENDING_SECONDS:.3f}",
-        str(int(PENDING_SECONDS * 4)),
-        f"{now + load_state.RESERVE_SECONDS:.3f}",
-        member or "-",
-        "1" if decide else "0",
-    ]
-    return keys, args
-
-
-def parse_route(
-    reply: Sequence[Any], *, workers: Sequence[str]
-) -> tuple[bool, dict[str, int], dict[str, int], dict[str, int], list[int]]:
-    """``(fresh, held, held or claimed, in flight, order)`` from a :data:`ROUTE_LUA` reply;
-    ``order``: the failover order as 0-based positions in ``workers`` (empty if it did
-    not decide)."""
-    held, claimed, load = {}, {}, {}
-    for i, worker in enumerate(workers):
-        base = 1 + 3 * i
-        held[worker] = int(reply[base])
-        claimed[worker] = int(reply[base + 1])
-        load[worker] = int(reply[base + 2])
-    order = [int(x) - 1 for x in reply[1 + 3 * len(workers) :]]
-    return bool(int(reply[0])), held, claimed, load, order
 
 
 def worker_forget(worker: str) -> None:

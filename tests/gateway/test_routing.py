@@ -349,3 +349,45 @@ def test_a_malformed_holder_bound_stops_the_gateway_naming_the_variable(raw) -> 
     )
     assert run.returncode != 0
     assert "CACHEPLANE_ROUTING_HOLDER_EPSILON:" in run.stderr.splitlines()[-1]
+
+
+# --- the balance bound: each worker's share of recent requests, shared by every replica --
+
+
+def test_a_hot_prefix_is_replicated_once_its_holder_reaches_the_balance_bound(redis_flush):
+    from gateway.routing import exact
+    from workers import kv_index
+
+    workers = _workers()
+    _hold(redis_flush, "w2", BODY)
+    kv_index.mark_live(redis_flush, workers=[w.name for w in workers])
+    chosen = [_route(workers, BODY, replica=f"gw-{n % 4}").candidates[0].name for n in range(40)]
+    counts = {w.name: chosen.count(w.name) for w in workers}
+    # The holder keeps the prefix until its share reaches c x the mean (with the prior of
+    # LOAD_PRIOR requests, about 17 of 40 at c = 1.25); the spill goes to one more worker,
+    # whose claim makes it a holder, so later spills find the prefix there too.
+    prior = exact.LOAD_PRIOR
+    bound = exact.BALANCE * (40 / 4 + prior) - prior + 1
+    assert chosen[0] == "w2" and counts["w2"] == max(counts.values())
+    assert max(counts.values()) <= bound
+    assert sum(1 for c in counts.values() if c) >= 2
+    later = _route(workers, BODY, replica="gw-x")
+    assert len(later.holders) >= 2 and later.routed_tokens == later.available_tokens
+
+
+def test_a_new_prompt_goes_to_the_worker_with_the_fewest_recent_requests(redis_flush):
+    from workers import kv_index, load_state
+
+    workers = _workers()
+    kv_index.mark_live(redis_flush, workers=[w.name for w in workers])
+    # Counts another replica's decisions left (count, decision number), all current.
+    redis_flush.set(load_state.DECISIONS_KEY, 30)
+    redis_flush.hset(
+        load_state.RATE_KEY,
+        mapping={"w0": "10 30", "w1": "9 30", "w2": "1 30", "w3": "10 30"},
+    )
+    decision = _route(workers, NEW, replica="gw-a")
+    assert decision.mode == "exact" and decision.candidates[0].name == "w2"
+    assert redis_flush.get(load_state.DECISIONS_KEY) == b"31"
+    count, seq = redis_flush.hget(load_state.RATE_KEY, "w2").split()
+    assert float(count) == pytest.approx(1 * (1 - 1 / 4096) + 1) and seq == b"31"

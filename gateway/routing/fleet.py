@@ -1,0 +1,140 @@
+"""What a gateway replica keeps per process for the fleet-wide routing state in Redis.
+
+One ``redis.asyncio`` client per event loop, the registered routing script, this
+replica's load reservations not yet superseded by its published count, and whether the KV
+index was fresh at the pool's last look. Everything shared across replicas lives in
+Redis (``workers.kv_index``, ``workers.load_state``, ``workers.kv_route``); this module
+holds only what a new process may lose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from collections import deque
+from typing import Any
+
+from workers import load_state
+
+logger = logging.getLogger(__name__)
+
+# id(loop) → (loop, client): a finished loop's id can be reused by a new loop, whose
+# client must not be the dead loop's (the loop itself is compared, as in hotpath_redis).
+_clients: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
+#: Workers (sorted names) → whether the KV index was fresh for them at the last look.
+index_fresh: dict[tuple[str, ...], bool] = {}
+
+
+def _redis_url() -> str | None:
+    from django.conf import settings
+
+    if settings.configured:
+        return getattr(settings, "REDIS_URL", None)
+    return os.environ.get("REDIS_URL")
+
+
+def index_enabled() -> bool:
+    from django.conf import settings
+
+    mode = (
+        getattr(settings, "CACHEPLANE_ROUTING_INDEX", None)
+        if settings.configured
+        else os.environ.get("CACHEPLANE_ROUTING_INDEX")
+    )
+    return (mode or "kv_events") == "kv_events"
+
+
+def fleet_client() -> Any | None:
+    """The redis.asyncio client of this event loop (one per loop; None without Redis)."""
+    url = _redis_url()
+    if not url:
+        return None
+    loop = asyncio.get_running_loop()
+    entry = _clients.get(id(loop))
+    if entry is None or entry[0] is not loop:
+        import redis.asyncio
+
+        from gateway.hotpath_redis import connection_pool
+
+        # Short timeouts: routing degrades to the approximate mode rather than wait.
+        client = redis.asyncio.Redis(connection_pool=connection_pool(url, timeout=1.0))
+        if len(_clients) > 16:  # loops of finished test servers
+            _clients.clear()
+        entry = _clients[id(loop)] = (loop, client)
+    return entry[1]
+
+
+async def publish_load(*, replica: str, worker: str, delta: int, sent: int | None = None) -> None:
+    """Add ``delta`` to this replica's in-flight count for ``worker`` in the fleet state;
+    ``sent`` requests (default: a positive ``delta``) are counted now, so their routing
+    reservations are dropped (a +1 and a -1 coalesced into 0 still sent one)."""
+    client = fleet_client()
+    if client is None:
+        return
+    now = time.time()
+    count = max(delta, 0) if sent is None else sent
+    members = [m for m in (_take_reservation(worker, now) for _ in range(count)) if m]
+    try:
+        pipe = client.pipeline(transaction=False)
+        load_state.queue_add(
+            pipe,
+            replica=replica,
+            worker=worker,
+            delta=delta,
+            now=now,
+            reservation=members[0] if members else "",
+        )
+        if len(members) > 1:
+            pipe.zrem(load_state.reserved_key(worker), *members[1:])
+        await pipe.execute()
+    except Exception:  # Redis down: others see this replica's load once it is back
+        logger.debug("fleet load update failed", exc_info=True)
+
+
+_scripts: dict[tuple[int, str], Any] = {}
+
+
+def script(client: Any, source: str) -> Any:
+    """``source`` registered on ``client`` (EVALSHA; loaded again after a Redis restart)."""
+    key = (id(client), source)
+    script = _scripts.get(key)
+    if script is None:
+        if len(_scripts) > 64:  # clients of finished event loops (tests)
+            _scripts.clear()
+        script = _scripts[key] = client.register_script(source)
+    return script
+
+
+# This replica's reservations not yet superseded by its own published count, per worker.
+_reserved: dict[str, deque[tuple[float, str]]] = {}
+reservation_ids = itertools.count()
+
+
+def forget_local_state() -> None:
+    """Forget this process's Redis clients and unsent load reservations, as a new process.
+
+    For tests that play several gateway processes in one: everything shared lives in Redis.
+    """
+    _clients.clear()
+    _reserved.clear()
+    index_fresh.clear()
+
+
+def remember_reservation(worker: str, now: float, member: str) -> None:
+    queue = _reserved.setdefault(worker, deque())
+    queue.append((now + load_state.RESERVE_SECONDS, member))
+    if len(queue) > 10_000:  # requests refused before sending leave theirs behind
+        queue.popleft()
+
+
+def _take_reservation(worker: str, now: float) -> str:
+    """This replica's oldest live reservation on ``worker`` (its request is being sent)."""
+    queue = _reserved.get(worker)
+    while queue:
+        expires, member = queue.popleft()
+        if expires > now:
+            return member
+    return ""
