@@ -32,7 +32,8 @@ class HiredisPackedConnection(aioredis.Connection):
         command = args[0]
         if isinstance(command, str) and " " in command:  # e.g. "CONFIG GET", as redis-py
             args = (*command.split(), *args[1:])
-        return [hiredis.pack_command(args)]
+        # hiredis's stub types the argument as a one-element tuple; it takes any length.
+        return [hiredis.pack_command(args)]  # type: ignore[arg-type]
 
 
 _clients: dict[int, tuple[asyncio.AbstractEventLoop, aioredis.Redis]] = {}

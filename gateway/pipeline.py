@@ -76,10 +76,12 @@ async def handle(request: Request, kind: str) -> Response:
                 await books.give_back()
                 await _price_and_admit(books, call, adapter.provider, target.pool)
         # 6. a fair share of the pool when it is saturated.
+        admission = books.admission
+        assert admission is not None, "admitted above (a refusal raised)"
         books.queue = fairshare.queue_for(target.share_key, target.capacity)
         await books.queue.acquire(
             tenant=identity.tenant_id,
-            weight=books.admission.weight,
+            weight=admission.weight,
             priority=call.priority,
             timeout=_queue_timeout(),
         )
