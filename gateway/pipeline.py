@@ -25,7 +25,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from billing.pricing import UsageCounts
 from controlplane.db import db_sync_to_async
@@ -35,6 +35,7 @@ from gateway.adapters.base import Adapter, Call, Target, Upstream
 from gateway.adapters.registry import adapter_for
 from gateway.directory import CacheView, directory
 from gateway.errors import GatewayError
+from gateway.event_stream import EventStreamResponse
 from gateway.identity import Identity, identify, identity_refused
 from gateway.metering import Meter
 from gateway.requests import read_body, validate_body
@@ -122,7 +123,9 @@ async def handle(request: Request, kind: str) -> Response:
         await books.close(status="ok")
         return Response(answer.body, media_type="application/json", headers=headers)
     headers["cache-control"] = "no-cache"
-    return StreamingResponse(_relay(answer, books), media_type="text/event-stream", headers=headers)
+    return EventStreamResponse(
+        _relay(answer, books), media_type="text/event-stream", headers=headers
+    )
 
 
 async def _price_and_admit(books: _Books, call: Call, provider: str, pool: str) -> None:
