@@ -2,7 +2,8 @@
 
 Closing a request gives back its rate-limit slot and settles its budget hold (one step
 of ``gateway.limits``' closing script) and records its usage and cache hits
-(``gateway.metering``). Both go to Redis on one pipeline, group-committed per event
+(``gateway.metering``); this replica's pending load changes ride along
+(``gateway.directory``). Both go to Redis on one pipeline, group-committed per event
 loop: requests that finish while a batch is on its way join the next one, so a batch is
 one script run (each request still its own atomic step inside it) plus one ``RPUSH`` of
 every usage message, whatever the concurrency. A request returns once its own batch is
@@ -77,12 +78,19 @@ async def _write(state: _Loop) -> None:
 
 
 async def _write_batch(parts: list[limits.ClosePart], meters: list[Meter]) -> None:
+    from gateway.directory import directory
+    from gateway.routing import queue_loads
+
     messages, recorded = metering.encode_usage(meters)
     pipe = hotpath_redis.client().pipeline(transaction=False)
     if parts:
         limits.queue_close(pipe, parts)
     if recorded:
         metering.queue_usage(pipe, messages, recorded)
+    usage_end = len(pipe)
+    # This replica's pending load changes (the -1 of these requests among them) ride on
+    # the same round trip; a failure only makes them late, as in ``gateway.directory``.
+    queue_loads(pipe, replica=directory.replica, changes=directory.take_unpublished())
     replies: list[object] | None
     try:
         replies = await pipe.execute(raise_on_error=False)
@@ -96,7 +104,7 @@ async def _write_batch(parts: list[limits.ClosePart], meters: list[Meter]) -> No
         elif isinstance(settled, Exception):
             logger.error("closing the books failed: %s", settled)
     if recorded:
-        usage = replies[1 if parts else 0 :] if replies is not None else None
+        usage = replies[1 if parts else 0 : usage_end] if replies is not None else None
         if usage is None or any(isinstance(reply, Exception) for reply in usage):
             await db_sync_to_async(metering.write_direct)(messages, recorded)
         metering.tick(recorded)

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from caches.providers.vertex import VertexScope
 
 REFRESH_SECONDS = 2.0
-#: How long this replica's load changes wait to be published together (fleet-wide load
-#: is this much late at most; the routing reservation covers a new request meanwhile).
+#: How long a sent request's +1 may wait for a closing round trip to carry it (its routing
+#: reservation counts it meanwhile); a finished request's -1 rides on its own closing.
 LOAD_PUBLISH_SECONDS = 0.005
 
 
@@ -125,11 +125,14 @@ class Directory:
     def _publish(self, worker: str, delta: int) -> None:
         """Mirror a local change into the fleet's load state, off the request path.
 
-        Coalesced: changes of the next ``LOAD_PUBLISH_SECONDS`` go in one write per
-        worker (a request shorter than that is its +1 and -1 netted to 0, its routing
-        reservation still dropped), instead of a task and a Redis round trip for every
-        change. Fire and forget: an unreachable Redis only means the other replicas see
-        this one's load late (routing then reads local counts; see ``gateway.routing``).
+        Coalesced: pending changes ride on the next closing round trip of any request of
+        this replica (``gateway.closing``), which follows every ``-1`` at once, so no
+        replica goes on counting a finished request. A ``+1`` of a long request that no
+        closing picks up waits ``LOAD_PUBLISH_SECONDS`` at most; its routing reservation
+        counts it meanwhile. A request sent and done in between is one write that nets
+        to 0 and still drops its reservation. Fire and forget: an unreachable Redis only
+        means the other replicas see this one's load late (routing then reads local
+        counts; see ``gateway.routing``).
         """
         try:
             loop = asyncio.get_running_loop()
@@ -145,28 +148,29 @@ class Directory:
             self._pushes.add(task)
             task.add_done_callback(self._pushes.discard)
 
+    def take_unpublished(self) -> dict[str, list[int]]:
+        """The load changes not yet in the fleet's state (worker -> [delta, sent]), for
+        a caller that writes them now (``gateway.closing``)."""
+        with self._lock:
+            changes, self._unpublished = self._unpublished, {}
+        return changes
+
     async def loads_published(self) -> None:
-        """Wait until this loop's pending load changes are in the fleet's state
-        (shutdown, tests)."""
-        publisher = self._publisher
-        if publisher is not None and not publisher.done():
-            await publisher
+        """Write the pending load changes now (shutdown, tests)."""
+        from gateway.routing import publish_loads
+
+        await publish_loads(replica=self.replica, changes=self.take_unpublished())
 
     async def _publish_loads(self) -> None:
-        from gateway.routing import publish_load
+        """The fallback writer: what no closing took within the window."""
+        from gateway.routing import publish_loads
 
         while True:
             await asyncio.sleep(LOAD_PUBLISH_SECONDS)  # the coalescing window, not work
-            with self._lock:
-                changes, self._unpublished = self._unpublished, {}
+            changes = self.take_unpublished()
             if not changes:
                 return
-            await asyncio.gather(
-                *(
-                    publish_load(replica=self.replica, worker=worker, delta=delta, sent=sent)
-                    for worker, (delta, sent) in changes.items()
-                )
-            )
+            await publish_loads(replica=self.replica, changes=changes)
 
     async def cache(self, tenant_id: str, reference: str) -> CacheView | None:
         key = (tenant_id, reference)

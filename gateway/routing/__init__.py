@@ -38,7 +38,13 @@ from gateway.routing.exact import (
     ROUTES,
     route_request,
 )
-from gateway.routing.fleet import fleet_client, forget_local_state, publish_load
+from gateway.routing.fleet import (
+    fleet_client,
+    forget_local_state,
+    publish_load,
+    publish_loads,
+    queue_loads,
+)
 
 __all__ = [
     "BALANCE",
@@ -59,5 +65,7 @@ __all__ = [
     "pool_under_pressure",
     "prefix_chain",
     "publish_load",
+    "publish_loads",
+    "queue_loads",
     "route_request",
 ]

@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from collections import deque
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from workers import load_state
@@ -67,18 +68,13 @@ def fleet_client() -> Any | None:
     return entry[1]
 
 
-async def publish_load(*, replica: str, worker: str, delta: int, sent: int | None = None) -> None:
-    """Add ``delta`` to this replica's in-flight count for ``worker`` in the fleet state;
-    ``sent`` requests (default: a positive ``delta``) are counted now, so their routing
-    reservations are dropped (a +1 and a -1 coalesced into 0 still sent one)."""
-    client = fleet_client()
-    if client is None:
-        return
+def queue_loads(pipe: Any, *, replica: str, changes: Mapping[str, Sequence[int]]) -> None:
+    """Queue this replica's load changes on a pipeline: per worker ``(delta, sent)``, the
+    in-flight count moves by ``delta`` and the routing reservations of the ``sent``
+    requests (counted now) are dropped (a +1 and a -1 coalesced into 0 still sent one)."""
     now = time.time()
-    count = max(delta, 0) if sent is None else sent
-    members = [m for m in (_take_reservation(worker, now) for _ in range(count)) if m]
-    try:
-        pipe = client.pipeline(transaction=False)
+    for worker, (delta, sent) in changes.items():
+        members = [m for m in (_take_reservation(worker, now) for _ in range(sent)) if m]
         load_state.queue_add(
             pipe,
             replica=replica,
@@ -89,6 +85,24 @@ async def publish_load(*, replica: str, worker: str, delta: int, sent: int | Non
         )
         if len(members) > 1:
             pipe.zrem(load_state.reserved_key(worker), *members[1:])
+
+
+async def publish_load(*, replica: str, worker: str, delta: int, sent: int | None = None) -> None:
+    """Add ``delta`` to this replica's in-flight count for ``worker`` in the fleet state
+    (``sent``: see :func:`queue_loads`; default, a positive ``delta``)."""
+    await publish_loads(
+        replica=replica, changes={worker: (delta, max(delta, 0) if sent is None else sent)}
+    )
+
+
+async def publish_loads(*, replica: str, changes: Mapping[str, Sequence[int]]) -> None:
+    """:func:`queue_loads` in one pipeline of its own."""
+    client = fleet_client()
+    if client is None or not changes:
+        return
+    try:
+        pipe = client.pipeline(transaction=False)
+        queue_loads(pipe, replica=replica, changes=changes)
         await pipe.execute()
     except Exception:  # Redis down: others see this replica's load once it is back
         logger.debug("fleet load update failed", exc_info=True)

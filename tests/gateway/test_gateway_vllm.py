@@ -314,3 +314,23 @@ def test_usage_goes_straight_to_the_ledger_when_the_queue_is_unreachable(tenant_
     ops.redis_client.cache_clear()
     row = UsageRecord.objects.all_tenants().get(request_id="req-no-redis")
     assert (row.prompt_tokens, row.cached_read_tokens, row.output_tokens) == (100, 64, 3)
+
+
+def test_a_finished_request_leaves_no_load_and_no_reservation_in_the_fleet_state(
+    live_server_url, ref_workers, tenant_keys
+):
+    """The request's -1 rides on its closing round trip: once the answer is back, no
+    replica counts it (in flight or reserved) on the worker it went to."""
+    from controlplane import ops
+    from gateway.directory import directory
+    from workers import load_state
+
+    headers = {"Authorization": f"Bearer {tenant_keys['gw-acme']['key']}"}
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "load"}], "max_tokens": 2}
+    answer = httpx.post(f"{live_server_url}/v1/chat/completions", json=body, headers=headers)
+    assert answer.status_code == 200
+    worker = answer.headers["x-cacheplane-worker"]
+    redis = ops.redis_client()
+    count = redis.hget(load_state.INFLIGHT_KEY, f"{directory.replica}|{worker}")
+    assert count is not None and int(count) == 0
+    assert redis.zcard(load_state.reserved_key(worker)) == 0
