@@ -7,7 +7,7 @@ and Celery tasks each see their own id without passing it through every call.
 from __future__ import annotations
 
 import re
-import uuid
+import secrets
 from contextvars import ContextVar, Token
 
 _request_id: ContextVar[str | None] = ContextVar("cacheplane_request_id", default=None)
@@ -17,8 +17,8 @@ _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{8,128}$")
 
 
 def new_request_id() -> str:
-    """Return a fresh random request id."""
-    return uuid.uuid4().hex
+    """Return a fresh random request id (128 random bits, hex)."""
+    return secrets.token_hex(16)
 
 
 def sanitize_request_id(candidate: str | None) -> str:

@@ -76,6 +76,7 @@ class Meter:
     status: str = "ok"
     available_tokens: int = 0  # reuse present in the prompt (a remembered prefix)
     routed_tokens: int = 0  # of which routing sent to the worker expected to hold it
+    cost_micros: int | None = None  # priced by the caller already (else priced here)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -158,7 +159,6 @@ def meter_finish_many(meters: Sequence[Meter]) -> None:
 def encode_usage(meters: Sequence[Meter]) -> tuple[list[bytes], list[Meter]]:
     """Observe each request's metrics and encode its usage message (billing's format)."""
     from billing.services.usage import usage_message
-    from tenants.models import Tenant
 
     messages: list[bytes] = []
     recorded: list[Meter] = []
@@ -167,7 +167,7 @@ def encode_usage(meters: Sequence[Meter]) -> tuple[list[bytes], list[Meter]]:
         try:
             messages.append(
                 usage_message(
-                    tenant=Tenant(pk=meter.tenant_id),
+                    tenant_id=meter.tenant_id,
                     request_id=meter.request_id,
                     provider=meter.provider,
                     model=meter.model,
@@ -238,7 +238,9 @@ def tick(recorded: Sequence[Meter]) -> None:
                     available_tokens=meter.available_tokens,
                     routed_tokens=meter.routed_tokens,
                     output_tokens=meter.output_tokens,
-                    cost_micros=cost_micros(meter),
+                    cost_micros=meter.cost_micros
+                    if meter.cost_micros is not None
+                    else cost_micros(meter),
                     errors=int(meter.status != "ok"),
                 ),
             )

@@ -315,11 +315,12 @@ class _Books:
             output_tokens=usage.output_tokens,
         )
         used = usage.prompt_tokens + usage.output_tokens
+        cost = pricing.cost_micros(self.rates, counts)
         part = limits.close_part(
             self.admission,
             self.hold,
             actual_tokens=used if self.sent else 0,
-            actual_micros=pricing.cost_micros(self.rates, counts),
+            actual_micros=cost,
         )
         if not self.sent:  # refused by a step (429, 402, 503) before sending
             await closing.close(part, None)
@@ -348,6 +349,7 @@ class _Books:
             status=status,
             available_tokens=int(extra.get("available_tokens", 0)),
             routed_tokens=int(extra.get("routed_tokens", 0)),
+            cost_micros=cost if self.rates is not None else None,
         )
         await closing.close(part, meter)
 

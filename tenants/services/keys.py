@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import threading
 import time
 import zlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 from cachetools import TTLCache
 from django.conf import settings
@@ -64,12 +66,15 @@ def key_generate() -> str:
     return f"{KEY_PREFIX}{random_part}{key_checksum(random_part)}"
 
 
+_BODY = re.compile(f"[{_ALPHABET}]+")
+
+
 def key_is_well_formed(token: str) -> bool:
     """Prefix, length, alphabet and checksum are right (what a secret scanner checks)."""
     if len(token) != KEY_LENGTH or not token.startswith(KEY_PREFIX):
         return False
     body = token[len(KEY_PREFIX) :]
-    if any(ch not in _ALPHABET for ch in body):
+    if _BODY.fullmatch(body) is None:
         return False
     random_part, checksum = body[:_RANDOM_LEN], body[_RANDOM_LEN:]
     return hmac.compare_digest(key_checksum(random_part), checksum)
@@ -77,8 +82,13 @@ def key_is_well_formed(token: str) -> bool:
 
 def key_digest(token: str) -> str:
     """Keyed digest stored in the database (a leaked table alone cannot test guesses)."""
-    pepper = hashlib.sha256(f"cacheplane.api-key.v1:{settings.SECRET_KEY}".encode()).digest()
-    return hmac.new(pepper, token.encode("utf-8"), hashlib.sha256).hexdigest()
+    return hmac.digest(_pepper(settings.SECRET_KEY), token.encode("utf-8"), "sha256").hex()
+
+
+@lru_cache(maxsize=4)
+def _pepper(secret_key: str) -> bytes:
+    """The digest key for ``SECRET_KEY`` (derived once per key, not per request)."""
+    return hashlib.sha256(f"cacheplane.api-key.v1:{secret_key}".encode()).digest()
 
 
 @dataclass(frozen=True)

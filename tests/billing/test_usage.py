@@ -49,6 +49,17 @@ def test_the_request_path_only_appends_to_redis(
     assert not UsageRecord.objects.all_tenants().exists()
 
 
+def test_a_message_names_its_tenant_by_row_or_by_id_exactly_once(tenant_a) -> None:
+    from billing.services.usage import usage_message
+
+    fields = {"request_id": "r", "provider": "vertex", "model": "m", "occurred_at": T0}
+    by_row = usage_message(tenant=tenant_a, prompt_tokens=5, **fields)
+    assert usage_message(tenant_id=str(tenant_a.pk), prompt_tokens=5, **fields) == by_row
+    for tenant in ({}, {"tenant": tenant_a, "tenant_id": str(tenant_a.pk)}):
+        with pytest.raises(InvalidUsage):
+            usage_message(prompt_tokens=5, **tenant, **fields)
+
+
 def test_flush_writes_priced_rows_and_minute_and_day_rollups(
     tenant_a, price_book, usage_queue
 ) -> None:

@@ -114,7 +114,8 @@ def _optional_ms(name: str, value: int | None) -> int | None:
 
 def usage_message(
     *,
-    tenant: Tenant,
+    tenant: Tenant | None = None,
+    tenant_id: str | None = None,
     request_id: str,
     provider: str,
     model: str,
@@ -146,7 +147,8 @@ def usage_message(
     produced) is recorded like any request, with the counts of what was streamed and a
     non-``ok`` status: the provider bills it, so the ledger prices it in full.
     ``kind="cache_create"`` books the write of an explicit cache (``ttl_seconds`` picks
-    the write tier); see :func:`cache_creation_record`.
+    the write tier); see :func:`cache_creation_record`. The tenant is given as a row or,
+    by a producer that has only its id (the gateway), as ``tenant_id``.
     """
     counts = UsageCounts(
         prompt_tokens,
@@ -184,11 +186,13 @@ def usage_message(
         raise InvalidUsage("cache_id must be 1-100 characters.")
     if occurred_at.tzinfo is None:
         raise InvalidUsage("occurred_at must be timezone-aware.")
+    if (tenant is None) == (tenant_id is None):
+        raise InvalidUsage("Give the tenant or its id (tenant_id), not both.")
     delta = occurred_at - EPOCH
     at_us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     return _encoder.encode(
         _Message(
-            str(tenant.pk),
+            str(tenant.pk) if tenant is not None else str(tenant_id),
             request_id,
             at_us,
             provider,
