@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlparse
 
 import hiredis
@@ -35,6 +35,9 @@ class HiredisPackedConnection(aioredis.Connection):
         # hiredis's stub types the argument as a one-element tuple; it takes any length.
         return [hiredis.pack_command(args)]  # type: ignore[arg-type]
 
+
+Item = TypeVar("Item")
+Reply = TypeVar("Reply")
 
 _clients: dict[int, tuple[asyncio.AbstractEventLoop, aioredis.Redis]] = {}
 
@@ -110,26 +113,24 @@ return out
 """
 
 
-class BatchedScript:
-    """A Lua script run for every caller of one event loop in shared round trips.
+class GroupCommit(Generic[Item, Reply]):
+    """Group commit on one event loop: items submitted while a batch is being written go
+    together in the next one, one ``write`` per batch of at most ``MAX_BATCH``.
 
-    Group commit: calls that arrive while a batch is on its way to Redis go together in
-    the next one (one ``EVALSHA`` for all of them, each call still its own atomic step
-    in the order it arrived: the script runs them one after the other inside Redis,
-    which is what separate calls would have been). One call alone costs one round trip,
-    as before; under load the client's cost per call (packing, the connection, the
-    reply) is shared. Each caller gets its own reply or the batch's exception.
+    One item alone costs one ``write``, as without batching; under load the fixed cost of
+    a write (a round trip, packing, the connection) is shared. ``write`` returns one reply
+    per item, in order; each submitter gets its own reply, or ``write``'s exception. The
+    writer is a task of its own, so a cancelled submitter never stops a batch others
+    wait on (its item is written anyway).
     """
 
     MAX_BATCH = 64
 
-    def __init__(self, op: str, *, prelude: str = "") -> None:
-        """``op``: the body of ``function(KEYS, ARGV)``; ``prelude``: Lua it may call."""
-        self.source = _BATCH.replace("__PRELUDE__", prelude).replace("__OP__", op)
-        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
-        self._loops: dict[int, tuple[asyncio.AbstractEventLoop, _Batches]] = {}
+    def __init__(self, write: Callable[[list[Item]], Awaitable[Sequence[Reply]]]) -> None:
+        self._write_batch = write
+        self._loops: dict[int, tuple[asyncio.AbstractEventLoop, _Batches[Item, Reply]]] = {}
 
-    async def __call__(self, *, keys: list[str], args: list[str]) -> Any:
+    async def submit(self, item: Item) -> Reply:
         loop = asyncio.get_running_loop()
         entry = self._loops.get(id(loop))
         if entry is None or entry[0] is not loop:
@@ -137,14 +138,58 @@ class BatchedScript:
                 self._loops.clear()
             entry = self._loops[id(loop)] = (loop, _Batches())
         batches = entry[1]
-        done = loop.create_future()
-        batches.pending.append((keys, args, done))
+        done: asyncio.Future[Reply] = loop.create_future()
+        batches.pending.append((item, done))
         if batches.writer is None or batches.writer.done():
             batches.writer = loop.create_task(self._write(batches))
         return await done
 
+    async def _write(self, batches: _Batches[Item, Reply]) -> None:
+        while batches.pending:
+            batch = batches.pending[: self.MAX_BATCH]
+            del batches.pending[: self.MAX_BATCH]
+            try:
+                replies = await self._write_batch([item for item, _ in batch])
+            except Exception as exc:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+                continue
+            for (_, done), reply in zip(batch, replies, strict=True):
+                if not done.done():  # its submitter was cancelled: the item was written
+                    done.set_result(reply)
+
+
+class _Batches(Generic[Item, Reply]):
+    def __init__(self) -> None:
+        self.pending: list[tuple[Item, asyncio.Future[Reply]]] = []
+        self.writer: asyncio.Task[None] | None = None
+
+
+Call = tuple[list[str], list[str]]
+
+
+class BatchedScript:
+    """A Lua script run for every caller of one event loop in shared round trips.
+
+    Group commit (:class:`GroupCommit`): calls that arrive while a batch is on its way to
+    Redis go together in the next one (one ``EVALSHA`` for all of them, each call still
+    its own atomic step in the order it arrived: the script runs them one after the other
+    inside Redis, which is what separate calls would have been). Each caller gets its own
+    reply or the batch's exception.
+    """
+
+    def __init__(self, op: str, *, prelude: str = "") -> None:
+        """``op``: the body of ``function(KEYS, ARGV)``; ``prelude``: Lua it may call."""
+        self.source = _BATCH.replace("__PRELUDE__", prelude).replace("__OP__", op)
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+        self._commits: GroupCommit[Call, Any] = GroupCommit(self._run)
+
+    async def __call__(self, *, keys: list[str], args: list[str]) -> Any:
+        return await self._commits.submit((keys, args))
+
     @staticmethod
-    def packed(calls: Sequence[tuple[list[str], list[str]]]) -> tuple[list[str], list[str]]:
+    def packed(calls: Sequence[Call]) -> tuple[list[str], list[str]]:
         """KEYS and ARGV of one run of the script for ``calls`` (see ``_BATCH``)."""
         keys: list[str] = []
         sizes: list[str] = [str(len(calls))]
@@ -155,32 +200,15 @@ class BatchedScript:
             sizes += [str(len(call_keys)), str(len(call_args))]
         return keys, sizes + args
 
-    def queue(self, pipe: Any, calls: Sequence[tuple[list[str], list[str]]]) -> None:
+    def queue(self, pipe: Any, calls: Sequence[Call]) -> None:
         """One ``EVALSHA`` for ``calls`` on a caller's pipeline, so they share its round
         trip; its reply is one reply per call. A ``NoScriptError`` in its place means Redis
         lost the script (a restart): run the calls again through ``__call__``."""
         keys, args = self.packed(calls)
         pipe.evalsha(self.sha, len(keys), *keys, *args)
 
-    async def _write(self, batches: _Batches) -> None:
-        while batches.pending:
-            batch = batches.pending[: self.MAX_BATCH]
-            del batches.pending[: self.MAX_BATCH]
-            keys, args = self.packed([(call_keys, call_args) for call_keys, call_args, _ in batch])
-            try:
-                # EVALSHA (EVAL once where Redis does not know the script yet).
-                replies = await script(self.source)(keys=keys, args=args)
-            except Exception as exc:
-                for _, _, done in batch:
-                    if not done.done():
-                        done.set_exception(exc)
-                continue
-            for (_, _, done), reply in zip(batch, replies, strict=True):
-                if not done.done():  # its caller was cancelled: the step ran anyway
-                    done.set_result(reply)
-
-
-class _Batches:
-    def __init__(self) -> None:
-        self.pending: list[tuple[list[str], list[str], asyncio.Future[Any]]] = []
-        self.writer: asyncio.Task[None] | None = None
+    async def _run(self, calls: list[Call]) -> Sequence[Any]:
+        keys, args = self.packed(calls)
+        # EVALSHA (EVAL once where Redis does not know the script yet).
+        replies: Sequence[Any] = await script(self.source)(keys=keys, args=args)
+        return replies
