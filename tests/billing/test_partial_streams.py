@@ -8,8 +8,6 @@ per 1M output tokens: a token in is 300 n$, a token out 2,500 n$.
 
 from __future__ import annotations
 
-import time
-
 import httpx
 
 FLASH = "gemini-2.5-flash"
@@ -23,7 +21,7 @@ def test_a_vertex_stream_cut_mid_way_books_the_prompt_and_the_tokens_streamed_so
     from billing.pricing import nanos_to_micros
     from billing.services.budget_reservations import budget_period_live, budget_settlements_flush
     from billing.services.usage import usage_flush
-    from tests.gateway.support import hard_budget
+    from tests.gateway.support import hard_budget, usage_row_once_booked, walk_away_mid_stream
 
     acme = tenant_keys["gw-acme"]
     budget = hard_budget(acme, limit_micros=10**9)
@@ -34,27 +32,8 @@ def test_a_vertex_stream_cut_mid_way_books_the_prompt_and_the_tokens_streamed_so
         "messages": [{"role": "user", "content": "tell me everything"}],
         "stream": True,
     }
-    with httpx.stream(
-        "POST",
-        f"{live_server_url}/v1/chat/completions",
-        json=body,
-        headers={"authorization": f"Bearer {acme['key']}", "x-request-id": "cut-vertex"},
-        timeout=60,
-    ) as response:
-        assert response.status_code == 200
-        seen = 0
-        for line in response.iter_lines():
-            seen += line.startswith("data: {")
-            if seen == 3:
-                break  # the client goes away mid-stream
-    row = None
-    for _ in range(100):  # the gateway notices on its next write, then books
-        usage_flush()
-        row = UsageRecord.objects.all_tenants().filter(request_id="cut-vertex").first()
-        if row is not None:
-            break
-        time.sleep(0.1)
-    assert row is not None
+    walk_away_mid_stream(live_server_url, acme["key"], body, request_id="cut-vertex")
+    row = usage_row_once_booked("cut-vertex")
     assert row.status == "client_disconnect" and row.provider == "vertex"
     # The emulator's answer: the same piece every chunk, its token count per chunk.
     (sent,) = vertex.requests(path_contains=":streamGenerateContent")

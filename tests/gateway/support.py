@@ -152,3 +152,36 @@ def hard_budget(tenant_key: dict, *, limit_micros: int, hard: bool = True):
         limit_micros=limit_micros,
         hard_limit=hard,
     )
+
+
+def walk_away_mid_stream(url: str, key: str, body: dict, *, request_id: str) -> None:
+    """Stream ``body`` through the gateway at ``url`` and close the connection after the
+    third data event, as a client that goes away mid-stream."""
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/chat/completions",
+        json=body,
+        headers={"authorization": f"Bearer {key}", "x-request-id": request_id},
+        timeout=60,
+    ) as response:
+        assert response.status_code == 200
+        seen = 0
+        for line in response.iter_lines():
+            seen += line.startswith("data: {")
+            if seen == 3:
+                return
+
+
+def usage_row_once_booked(request_id: str, timeout: float = 10.0):
+    """The ledger row of ``request_id``, flushing the usage queue until the gateway has
+    booked it (it notices a client that left on its next write, then books)."""
+    from billing.models import UsageRecord
+    from billing.services.usage import usage_flush
+    from tests.caches.processes import wait_for
+
+    def booked() -> bool:
+        usage_flush()
+        return UsageRecord.objects.all_tenants().filter(request_id=request_id).exists()
+
+    wait_for(booked, timeout, f"the usage row of {request_id}")
+    return UsageRecord.objects.all_tenants().get(request_id=request_id)

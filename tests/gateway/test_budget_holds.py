@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
 import openai
@@ -15,7 +14,9 @@ from tests.gateway.support import (
     hard_budget,
     price_pool_decode_only,
     price_vertex_output_only,
+    usage_row_once_booked,
     vertex_env,
+    walk_away_mid_stream,
 )
 
 FLASH = "gemini-2.5-flash"
@@ -210,9 +211,6 @@ def test_settlement_flush_books_once_even_when_a_batch_is_replayed(tenant_keys, 
 def test_a_disconnected_stream_is_booked_from_what_was_streamed(
     live_server_url, ref_workers, tenant_keys
 ):
-    from billing.models import UsageRecord
-    from billing.services.usage import usage_flush
-
     acme = tenant_keys["gw-acme"]
     price_pool_decode_only()
     budget = hard_budget(acme, limit_micros=10**9)
@@ -223,29 +221,8 @@ def test_a_disconnected_stream_is_booked_from_what_was_streamed(
         "ignore_eos": True,
         "stream": True,
     }
-    with httpx.stream(
-        "POST",
-        f"{live_server_url}/v1/chat/completions",
-        json=body,
-        headers={"authorization": f"Bearer {acme['key']}", "x-request-id": "cut-stream"},
-        timeout=60,
-    ) as response:
-        assert response.status_code == 200
-        seen = 0
-        for line in response.iter_lines():
-            seen += line.startswith("data: {")
-            if seen == 3:
-                break  # the client goes away mid-stream
-    row = None
-    for _ in range(100):  # polling for the record: the gateway notices on its next write
-        usage_flush()
-        row = UsageRecord.objects.all_tenants().filter(request_id="cut-stream").first()
-        if row is not None:
-            break
-        time.sleep(0.1)
-    assert row is not None, list(
-        UsageRecord.objects.all_tenants().values_list("request_id", "status")
-    )
+    walk_away_mid_stream(live_server_url, acme["key"], body, request_id="cut-stream")
+    row = usage_row_once_booked("cut-stream")
     assert row.status == "client_disconnect"
     assert 0 < row.output_tokens < 600  # what was streamed, not zero and not the cap
     period, live = _period_after_flush(budget)
