@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from support import stop_process
+
 REPO = Path(__file__).resolve().parent.parent
 UVICORN_FLAGS = [
     "--loop",
@@ -136,22 +138,6 @@ async def measure_target(
 # --- processes and set-up ---
 
 
-def wait_http(url: str, process: subprocess.Popen, timeout: float = 60.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            raise SystemExit(f"{process.args[3]} exited with {process.returncode} at start")
-        try:
-            httpx.get(url, timeout=1.0)
-            return
-        except httpx.HTTPError:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{url} did not answer within {timeout:.0f} s") from None
-            time.sleep(0.1)
-
-
 @contextlib.contextmanager
 def server_process(command: list[str], *, cpus: set[int] | None, env: dict | None = None):
     """A server process, pinned to ``cpus``; stopped on exit."""
@@ -171,12 +157,7 @@ def server_process(command: list[str], *, cpus: set[int] | None, env: dict | Non
             os.sched_setaffinity(process.pid, cpus)
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 _OURS = ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")

@@ -38,14 +38,9 @@ import platform
 import sys
 from pathlib import Path
 
-from gateway_load import (
-    Run,
-    measure_target,
-    server_process,
-    uvicorn_command,
-    wait_http,
-)
+from gateway_load import Run, measure_target, server_process, uvicorn_command
 from gateway_stub import MODEL
+from support import wait_http
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.support import stop_process, wait_http
 from workers.engine.config import CacheConfig, EngineConfig, ModelConfig
 from workers.engine.kv_events import KVEventsConfig
 from workers.engine.launcher import RunningWorker
@@ -57,35 +58,16 @@ def worker_config(pool_tokens: int) -> EngineConfig:
     )
 
 
-def wait_http(url: str, process: subprocess.Popen, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            raise SystemExit(f"{process.args[:4]} exited with {process.returncode} at start")
-        try:
-            httpx.get(url, timeout=1.0)
-            return
-        except httpx.HTTPError:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{url} did not answer within {timeout:.0f} s") from None
-            time.sleep(0.2)
-
-
 @contextlib.contextmanager
 def server_process(command: list[str], url: str, env: dict[str, str] | None = None):
     process = subprocess.Popen(
         command, cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL
     )
     try:
-        wait_http(url, process)
+        wait_http(url, process, timeout=90.0)
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 def gateway_process(port: int, index: str):

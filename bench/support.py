@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -70,3 +72,31 @@ def scratch_django(name: str) -> Iterator[None]:
         if services is not None:
             services.stop()
             shutil.rmtree(services.data_dir, ignore_errors=True)
+
+
+def wait_http(url: str, process: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Wait until ``url`` answers (any status); exit the benchmark if ``process`` dies
+    first or ``timeout`` seconds pass (polling a starting server, not simulating work)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise SystemExit(f"{process.args[:4]} exited with {process.returncode} at start")
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{url} did not answer within {timeout:.0f} s") from None
+            time.sleep(0.1)
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 15 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
