@@ -89,7 +89,6 @@ class Directory:
             f"{os.environ.get('HOSTNAME', 'gw')}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         )
     )
-    _pushes: set[asyncio.Task[None]] = field(default_factory=set)
     # worker → [net change, requests sent] not yet in the fleet's load state.
     _unpublished: dict[str, list[int]] = field(default_factory=dict)
     _publisher: asyncio.Task[None] | None = None
@@ -143,10 +142,8 @@ class Directory:
             change[0] += delta
             change[1] += int(delta > 0)
         if self._publisher is None or self._publisher.done():
-            task = loop.create_task(self._publish_loads())
-            self._publisher = task
-            self._pushes.add(task)
-            task.add_done_callback(self._pushes.discard)
+            # The reference kept here is what keeps the task alive until it ends.
+            self._publisher = loop.create_task(self._publish_loads())
 
     def take_unpublished(self) -> dict[str, list[int]]:
         """The load changes not yet in the fleet's state (worker -> [delta, sent]), for

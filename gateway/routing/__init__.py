@@ -41,7 +41,6 @@ from gateway.routing.exact import (
 from gateway.routing.fleet import (
     fleet_client,
     forget_local_state,
-    publish_load,
     publish_loads,
     queue_loads,
 )
@@ -64,7 +63,6 @@ __all__ = [
     "order_candidates",
     "pool_under_pressure",
     "prefix_chain",
-    "publish_load",
     "publish_loads",
     "queue_loads",
     "route_request",

@@ -87,14 +87,6 @@ def queue_loads(pipe: Any, *, replica: str, changes: Mapping[str, Sequence[int]]
             pipe.zrem(load_state.reserved_key(worker), *members[1:])
 
 
-async def publish_load(*, replica: str, worker: str, delta: int, sent: int | None = None) -> None:
-    """Add ``delta`` to this replica's in-flight count for ``worker`` in the fleet state
-    (``sent``: see :func:`queue_loads`; default, a positive ``delta``)."""
-    await publish_loads(
-        replica=replica, changes={worker: (delta, max(delta, 0) if sent is None else sent)}
-    )
-
-
 async def publish_loads(*, replica: str, changes: Mapping[str, Sequence[int]]) -> None:
     """:func:`queue_loads` in one pipeline of its own."""
     client = fleet_client()

@@ -330,7 +330,7 @@ def test_a_request_sent_and_finished_within_the_publish_window_still_drops_its_r
 
 
 async def _publish(routing, worker: str) -> None:
-    await routing.publish_load(replica="gw-a", worker=worker, delta=+1)
+    await routing.publish_loads(replica="gw-a", changes={worker: (+1, 1)})
 
 
 @pytest.mark.parametrize("raw", ["abc", "-0.5"])
