@@ -24,7 +24,7 @@ from controlplane.embedded import (
     EmbeddedServiceError,
     EmbeddedServices,
 )
-from controlplane.env import ConfigError, parse_database_url, parse_redis_url
+from controlplane.env import ConfigError, env_int, parse_database_url, parse_redis_url
 from controlplane.up_processes import (
     DEMO_WORKER_MODEL,
     Child,
@@ -34,12 +34,75 @@ from controlplane.up_processes import (
     wait_ready,
 )
 
+_EPILOG = """\
+Every port and folder, with its environment variable (a flag wins over the variable):
+  --host, --port          CACHEPLANE_HTTP_HOST (127.0.0.1), CACHEPLANE_HTTP_PORT (8000): the
+                          console, REST API, gateway and WebSockets (one ASGI server)
+  --data-dir              CACHEPLANE_DATA_DIR (./.cacheplane): PostgreSQL and Redis data,
+                          logs, the secret key, the demo's keys
+  --redis-port            CACHEPLANE_EMBEDDED_REDIS_PORT (a free port): the embedded
+                          redis-server on 127.0.0.1, when REDIS_URL is unset
+  --vertex-emulator-port  CACHEPLANE_VERTEX_EMULATOR_PORT (a free port): the Vertex AI
+                          emulator, when no CACHEPLANE_VERTEX_PROJECT/_BASE_URL is set
+  --worker-port           CACHEPLANE_DEMO_WORKER_PORT (a free port): the reference worker,
+                          unless CACHEPLANE_NO_DEMO_WORKER is set
+The embedded PostgreSQL listens on a Unix socket in the data dir, on no TCP port.
+Port 0 means "any free port". A command attaching to a running `up` uses its ports.
+"""
 
-def _parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="cacheplane up", description=__doc__)
-    parser.add_argument("--host", default=os.environ.get("CACHEPLANE_HTTP_HOST", "127.0.0.1"))
+
+def _port_arg(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {raw!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {value}")
+    return value
+
+
+def parse_args(argv: list[str], *, data_dir: Path) -> argparse.Namespace:
+    """``cacheplane up``'s options; each port and the data dir also come from a variable."""
+    parser = argparse.ArgumentParser(
+        prog="cacheplane up",
+        description="Start the whole system and supervise it until Ctrl-C.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
-        "--port", type=int, default=int(os.environ.get("CACHEPLANE_HTTP_PORT", "8000"))
+        "--host",
+        default=os.environ.get("CACHEPLANE_HTTP_HOST", "127.0.0.1"),
+        help="address of the console, API and gateway (CACHEPLANE_HTTP_HOST)",
+    )
+    parser.add_argument(
+        "--port",
+        type=_port_arg,
+        default=env_int("CACHEPLANE_HTTP_PORT", 8000, minimum=0),
+        help="port of the console, API and gateway (CACHEPLANE_HTTP_PORT; default 8000)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=data_dir,
+        help="where data, logs and secrets live (CACHEPLANE_DATA_DIR; default ./.cacheplane)",
+    )
+    parser.add_argument(
+        "--redis-port",
+        type=_port_arg,
+        default=env_int("CACHEPLANE_EMBEDDED_REDIS_PORT", 0, minimum=0),
+        help="port of the embedded Redis (CACHEPLANE_EMBEDDED_REDIS_PORT; default: free)",
+    )
+    parser.add_argument(
+        "--vertex-emulator-port",
+        type=_port_arg,
+        default=env_int("CACHEPLANE_VERTEX_EMULATOR_PORT", 0, minimum=0),
+        help="port of the Vertex AI emulator (CACHEPLANE_VERTEX_EMULATOR_PORT; default: free)",
+    )
+    parser.add_argument(
+        "--worker-port",
+        type=_port_arg,
+        default=env_int("CACHEPLANE_DEMO_WORKER_PORT", 0, minimum=0),
+        help="port of the reference worker (CACHEPLANE_DEMO_WORKER_PORT; default: free)",
     )
     parser.add_argument("--no-demo", action="store_true", help="do not create demo tenants")
     parser.add_argument(
@@ -47,7 +110,13 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="start everything, verify /readyz, then stop (used by tests and CI)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for option in ("port", "redis_port", "vertex_emulator_port", "worker_port"):
+        if getattr(args, option) > 65535:
+            parser.error(f"--{option.replace('_', '-')}: not a port number")
+    if args.port == 0:
+        parser.error("--port: the console needs a fixed port (0 is not allowed)")
+    return args
 
 
 def _persisted_secret(data_dir: Path) -> str:
@@ -82,18 +151,19 @@ def _check_reachable() -> None:
 
 def up(argv: list[str], *, data_dir: Path) -> int:
     """Run Cacheplane until interrupted; returns the process exit code."""
-    args = _parse_args(argv)
+    args = parse_args(argv, data_dir=data_dir)
+    data_dir = args.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "logs").mkdir(exist_ok=True)
     _validate_urls()
     if os.environ.get("CACHEPLANE_ENV", "development") == "development":
         os.environ.setdefault("CACHEPLANE_SECRET_KEY", _persisted_secret(data_dir))
-    os.environ.setdefault("CACHEPLANE_DATA_DIR", str(data_dir))
+    os.environ["CACHEPLANE_DATA_DIR"] = str(data_dir)  # the children use the same one
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
     # roles=True: the application connects as a role that cannot rewrite the audit
     # tables; migrations run as the owner role (controlplane/dbroles.py).
-    services = EmbeddedServices(data_dir, roles=True)
+    services = EmbeddedServices(data_dir, roles=True, redis_port=args.redis_port)
     try:
         exported = services.start()
     except EmbeddedServiceError as exc:
@@ -148,7 +218,15 @@ def _run(
     # os.environ, and this process's settings must see them too. (Set after setup, the
     # demo created its Vertex caches here with an empty project, and the Celery worker
     # then failed every one of them.)
-    children.extend(demo_providers(python, logs, data_dir))
+    children.extend(
+        demo_providers(
+            python,
+            logs,
+            data_dir,
+            vertex_port=args.vertex_emulator_port,
+            worker_port=args.worker_port,
+        )
+    )
     django.setup()  # raises ConfigError for a bad or missing variable
     _check_reachable()
     from controlplane.assets import ensure_assets

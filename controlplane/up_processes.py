@@ -111,14 +111,19 @@ def core_children(*, python: str, host: str, port: int, logs: Path, data_dir: Pa
     ]
 
 
-def demo_providers(python: str, logs: Path, data_dir: Path) -> list[Child]:
+def demo_providers(
+    python: str, logs: Path, data_dir: Path, *, vertex_port: int = 0, worker_port: int = 0
+) -> list[Child]:
     """Local stand-ins for providers, started only when no real ones are configured:
-    a Vertex AI emulator when no GCP project is set, and one reference worker."""
+    a Vertex AI emulator when no GCP project is set, and one reference worker.
+
+    A port of 0 is any free one (``cacheplane up --vertex-emulator-port/--worker-port``).
+    """
     extra: list[Child] = []
     if not os.environ.get("CACHEPLANE_VERTEX_PROJECT") and not os.environ.get(
         "CACHEPLANE_VERTEX_BASE_URL"
     ):
-        port = free_port()
+        port = vertex_port or free_port()
         os.environ.update(
             {
                 "CACHEPLANE_VERTEX_BASE_URL": f"http://127.0.0.1:{port}",
@@ -145,7 +150,7 @@ def demo_providers(python: str, logs: Path, data_dir: Path) -> list[Child]:
             )
         )
     if not os.environ.get("CACHEPLANE_NO_DEMO_WORKER"):
-        port = free_port()
+        port = worker_port or free_port()
         os.environ["CACHEPLANE_DEMO_WORKER_URL"] = f"http://127.0.0.1:{port}"
         extra.append(
             Child(

@@ -47,6 +47,8 @@ class EmbeddedServices:
     data_dir: Path
     persist_redis: bool = True
     roles: bool = False
+    #: The embedded redis-server's port when this process starts it (0: any free port).
+    redis_port: int = 0
     postgres: EmbeddedPostgres | None = None
     redis: EmbeddedRedis | None = None
 
@@ -61,7 +63,9 @@ class EmbeddedServices:
                 if self.postgres.roles:
                     exported["DATABASE_MIGRATE_URL"] = self.postgres.migrate_url
             if not os.environ.get("REDIS_URL"):
-                self.redis = EmbeddedRedis(self.data_dir / "redis", persist=self.persist_redis)
+                self.redis = EmbeddedRedis(
+                    self.data_dir / "redis", port=self.redis_port, persist=self.persist_redis
+                )
                 exported["REDIS_URL"] = self.redis.start()
         except BaseException:
             self.stop()

@@ -82,7 +82,7 @@ def _policy_replace(base: str, key: str) -> int:
         connections.close_all()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
 def test_fifty_concurrent_writes_on_one_tenant_never_deadlock_nor_5xx_nor_stick(
     vertex, tenant_a, admin_a, redis_flush, tmp_path

@@ -32,7 +32,7 @@ _wait = wait_for
 _stop = stop_process
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_creates_the_cache_from_the_enqueued_task(
     vertex, tenant_a, admin_a, redis_flush, tmp_path
@@ -61,7 +61,7 @@ def test_a_real_worker_creates_the_cache_from_the_enqueued_task(
     assert len(vertex.stored_caches()) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
 def test_kill_9_during_create_then_reconcile_leaves_exactly_one_remote_cache(
     vertex, tenant_a, admin_a, redis_flush, tmp_path, settings

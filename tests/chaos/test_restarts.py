@@ -37,7 +37,7 @@ from tests.chaos.stack import ChaosStack
 from tests.workers.engine.support import tiny_config
 from workers.engine.launcher import serve
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 MODEL = "test/ref-tiny"
 CREATES = 8

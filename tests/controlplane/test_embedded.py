@@ -20,7 +20,7 @@ import redis
 from controlplane.embedded import EmbeddedServices, free_port
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture

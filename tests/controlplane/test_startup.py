@@ -102,7 +102,7 @@ def scratch_database() -> str:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_up_migrates_bootstraps_and_serves_readyz(tmp_path: Path, scratch_database: str) -> None:
     env = _base_env(tmp_path)
     env["DATABASE_URL"] = scratch_database
@@ -119,16 +119,36 @@ def test_up_migrates_bootstraps_and_serves_readyz(tmp_path: Path, scratch_databa
     assert "Created" not in again.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_up_with_no_urls_runs_on_embedded_postgres_and_redis(tmp_path: Path) -> None:
     env = _base_env(tmp_path)
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
-    result = _cacheplane(["up", "--check", "--port", str(free_port())], env)
+    env.pop("CACHEPLANE_VERTEX_PROJECT", None)
+    env.pop("CACHEPLANE_VERTEX_BASE_URL", None)
+    redis_port, emulator_port = free_port(), free_port()
+    # The flags win over CACHEPLANE_DATA_DIR (set by _base_env to another folder).
+    result = _cacheplane(
+        [
+            "up",
+            "--check",
+            "--port",
+            str(free_port()),
+            "--data-dir",
+            str(tmp_path / "flagged"),
+            "--redis-port",
+            str(redis_port),
+            "--vertex-emulator-port",
+            str(emulator_port),
+        ],
+        env,
+    )
     assert result.returncode == 0, result.stderr + result.stdout
     assert "embedded PostgreSQL" in result.stdout
-    assert "embedded redis-server" in result.stdout
-    assert (tmp_path / "data" / "postgres" / "PG_VERSION").exists()
+    assert f"embedded redis-server at redis://127.0.0.1:{redis_port}/0" in result.stdout
+    assert f"emulator at http://127.0.0.1:{emulator_port}" in result.stdout
+    assert (tmp_path / "flagged" / "postgres" / "PG_VERSION").exists()
+    assert not (tmp_path / "data" / "postgres").exists()
 
 
 def test_a_command_beside_up_uses_ups_secret_for_the_data_dir(

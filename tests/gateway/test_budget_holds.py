@@ -56,7 +56,7 @@ def _assert_exactly_fifty(responses: list[httpx.Response]) -> None:
     }
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_two_hundred_requests_over_two_gateways_against_room_for_fifty_on_vllm(
     ref_workers, tenant_keys
 ):
@@ -78,7 +78,7 @@ def test_two_hundred_requests_over_two_gateways_against_room_for_fifty_on_vllm(
     assert live["reserved"] == 0
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_two_hundred_requests_over_two_gateways_against_room_for_fifty_on_vertex(
     ref_workers, tenant_keys, vertex
 ):

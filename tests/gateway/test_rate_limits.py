@@ -170,7 +170,12 @@ def test_a_noisy_tenant_cannot_starve_a_quiet_one_on_a_saturated_pool(
                     noisy_latencies.append(await _timed(client, url, noisy, body))
 
             lanes = [asyncio.create_task(noisy_lane()) for _ in range(24)]
-            await asyncio.sleep(1.0)  # let the noisy queue build (not a timing assert)
+            # The pool is saturated once noisy answers come back while 24 lanes keep
+            # sending: from then on 22 noisy requests wait in the fair queue.
+            deadline = time.monotonic() + 60
+            while len(noisy_latencies) < 4:
+                assert time.monotonic() < deadline, "the noisy tenant got no answers"
+                await asyncio.sleep(0.05)  # polling the lanes' progress
             quiet_latencies = [await _timed(client, url, quiet, body) for _ in range(12)]
             stop = True
             await asyncio.gather(*lanes)
