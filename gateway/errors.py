@@ -1,7 +1,8 @@
 """Gateway errors in OpenAI's error shape, each with a stable ``code``.
 
 ``{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}`` — what the OpenAI
-SDK parses into ``openai.APIStatusError`` subclasses.
+SDK parses into ``openai.APIStatusError`` subclasses — plus ``details`` when the error
+carries any (a budget refusal's limit, spend and estimate), as the REST API's errors do.
 """
 
 from __future__ import annotations
@@ -48,14 +49,15 @@ class GatewayError(Exception):
         self.details = details or {}
 
     def body(self) -> dict[str, Any]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": _TYPES.get(self.status, "api_error"),
-                "param": self.param,
-                "code": self.code,
-            }
+        error: dict[str, Any] = {
+            "message": self.message,
+            "type": _TYPES.get(self.status, "api_error"),
+            "param": self.param,
+            "code": self.code,
         }
+        if self.details:
+            error["details"] = self.details
+        return {"error": error}
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)

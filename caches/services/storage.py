@@ -24,6 +24,8 @@ from caches.models import CacheObject, CacheState
 logger = logging.getLogger(__name__)
 LOOKBACK = timedelta(hours=2)  # covers a missed run or two without rescanning history
 BATCH = 5000
+#: The columns the sweep loads per cache (and the tenant row, joined).
+ACCRUAL_FIELDS = ("id", "tenant", "provider", "model", "token_count", "activated_at", "ended_at")
 
 
 def _accrue_one(cache: CacheObject, *, start: datetime, end: datetime) -> int:
@@ -69,6 +71,9 @@ def cache_storage_accrue_recent(
             Q(state__in=[CacheState.ACTIVE, CacheState.REFRESHING, CacheState.EVICTING])
             | Q(ended_at__gte=since)
         )
+        # Only what an accrual reads: a batch of full rows carried every cache's content
+        # (up to CACHEPLANE_CACHE_MAX_CONTENT_BYTES each) into memory for nothing.
+        .only(*ACCRUAL_FIELDS)
         .order_by("pk")
     )
     rows, last_pk, batches = 0, None, 0

@@ -121,3 +121,41 @@ def test_a_reprice_after_a_storage_price_fix_recomputes_accruals(
     result = usage_reprice(actor=platform_actor, since=T0)
     assert (result.storage_rows_changed, result.storage_delta_micros) == (1, -50_000)
     assert StorageAccrual.objects.all_tenants().get().cost_micros == 400_000
+
+
+def test_the_sweep_reads_no_cache_content_and_charges_every_batch(tenant_a, price_book) -> None:
+    """Keyset batches of the fields an accrual needs: a cache's content (up to 10 MiB)
+    never leaves the database, and every cache is charged whatever the batch size."""
+    import uuid
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from caches.models import CacheObject, CacheState
+    from caches.services.storage import cache_storage_accrue_recent
+
+    now = timezone.now()
+    for n in range(5):
+        CacheObject.objects.create(
+            tenant=tenant_a,
+            name=f"sweep-{n}",
+            provider="vertex",
+            model="gemini-2.5-pro",
+            content={"system_instruction": "x" * 100_000},
+            content_digest=uuid.uuid4().hex,
+            token_count=100_000,
+            ttl_seconds=3_600,
+            expire_at=now + timedelta(hours=1),
+            state=CacheState.ACTIVE,
+            activated_at=now - timedelta(minutes=30),
+        )
+    with CaptureQueriesContext(connection) as queries:
+        rows = cache_storage_accrue_recent(now=now, limit=2)
+    assert rows >= 5  # one row per cache per clock hour touched
+    charged = StorageAccrual.objects.all_tenants().values_list("cache_id", flat=True).distinct()
+    assert len(set(charged)) == 5
+    sweeps = [q["sql"] for q in queries.captured_queries if 'FROM "caches_cacheobject"' in q["sql"]]
+    assert len(sweeps) == 3  # batches of 2, 2, 1
+    assert not any('"caches_cacheobject"."content",' in sql for sql in sweeps)
+    assert not any('"caches_cacheobject"."content" ' in sql for sql in sweeps)

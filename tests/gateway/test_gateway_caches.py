@@ -171,6 +171,17 @@ def test_over_budget_is_402_and_nothing_is_forwarded(
         )
     assert raised.value.status_code == 402
     assert raised.value.body["code"] == "budget_exceeded"
+    # The refusal says which budget and by how much (what the audit row records too).
+    details = raised.value.body["details"]
+    assert details["limit_micros"] == 1
+    assert details["estimate_micros"] > details["limit_micros"] - details["spent_micros"]
+    assert set(details) == {
+        "budget",
+        "limit_micros",
+        "spent_micros",
+        "reserved_micros",
+        "estimate_micros",
+    }
     assert vertex.requests(path_contains=":generateContent") == []
 
 
