@@ -10,7 +10,3 @@ from workers.models import Worker, WorkerState
 def worker_list_serving(*, model: str) -> QuerySet[Worker]:
     """Healthy workers serving ``model``."""
     return Worker.objects.filter(model=model, state=WorkerState.HEALTHY).order_by("name")
-
-
-def worker_list() -> QuerySet[Worker]:
-    return Worker.objects.all()

@@ -100,11 +100,6 @@ class ModelCatalog:
         with self._lock:
             self._min_tokens[model_id] = min_cache_tokens
 
-    def remove_model(self, model_id: str) -> None:
-        """Stop serving a model id (a retired model answers 404 from then on)."""
-        with self._lock:
-            self._min_tokens.pop(model_id, None)
-
     def snapshot(self) -> dict[str, int]:
         """A copy of the table, for ``/_emulator/state``."""
         with self._lock:

@@ -72,10 +72,3 @@ def parse_duration(value: object, *, field: str) -> timedelta:
         return timedelta(seconds=float(seconds))
     except (InvalidOperation, OverflowError):
         raise _bad_value(field, "Duration", value) from None
-
-
-def format_duration(delta: timedelta) -> str:
-    """Write a timedelta as a protobuf JSON duration, e.g. ``"3600s"`` or ``"90.5s"``."""
-    seconds = Decimal(delta.days * 86400 + delta.seconds) + Decimal(delta.microseconds) / 10**6
-    text = format(seconds.normalize(), "f")
-    return f"{text}s"
