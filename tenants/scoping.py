@@ -68,15 +68,23 @@ def _columns(node: Any) -> Iterator[Col]:
                 yield from _columns(expression)
 
 
-def _names_a_tenant(query: Any) -> bool:
-    from tenants.models import Tenant
+#: The tenant model, by label: tenants.models imports this module for its manager, so
+#: this module names the model instead of importing it.
+TENANT_MODEL_LABEL = "tenants.tenant"
 
+
+def _is_tenant_model(model: Any) -> bool:
+    meta = getattr(model, "_meta", None)
+    return meta is not None and meta.label_lower == TENANT_MODEL_LABEL
+
+
+def _names_a_tenant(query: Any) -> bool:
     for column in _columns(query.where):
         field = column.target
-        if field.model is Tenant:
+        if _is_tenant_model(field.model):
             return True  # tenant__slug=..., a join to the tenant row
         related = getattr(field, "related_model", None)
-        if field.is_relation and (related is Tenant or is_tenant_owned(related)):
+        if field.is_relation and (_is_tenant_model(related) or is_tenant_owned(related)):
             return True  # tenant=, tenant_id=, cache=, cache__tenant=...
     return False
 

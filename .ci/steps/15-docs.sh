@@ -4,6 +4,7 @@
 # file that does not exist, or a benchmark table without its bench/results/*.txt
 # (docs/_hooks/site.py). The README stays a front door of at most 200 lines.
 set -euo pipefail
+export NO_MKDOCS_2_WARNING=1  # mkdocs-material's banner about MkDocs 2
 cd "$(dirname "$0")/../.."
 lines=$(wc -l < README.md)
 if [ "$lines" -gt 200 ]; then
