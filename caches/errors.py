@@ -1,4 +1,4 @@
-"""Domain errors of cache objects (stable codes, documented in the README)."""
+"""Domain errors of cache objects (stable codes, documented in docs/caches.md)."""
 
 from __future__ import annotations
 

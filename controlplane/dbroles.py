@@ -9,7 +9,7 @@ the owner, so no ALTER/DROP TRIGGER). Migrations run as the owner role.
 
 - ``cacheplane up`` (embedded PostgreSQL) creates both roles (``roles_ensure``) and runs
   ``app_role_grant`` after every migrate.
-- Production: create the roles yourself (README "Production shape"), migrate with
+- Production: create the roles yourself (docs/operations/production.md), migrate with
   ``DATABASE_MIGRATE_URL`` (the owner) and run ``cacheplane db-grant ROLE`` after each
   migrate; the application's ``DATABASE_URL`` names the application role.
 """

@@ -1,6 +1,6 @@
 """The fleet's KV-event index in Redis: which worker holds which salted block hash.
 
-Design (see README "Running at scale"): one small indexer process
+Design (see docs/gateway/routing.md): one small indexer process
 (:mod:`workers.kv_indexer`) subscribes to every worker's vLLM KV-event stream and writes
 this index; every gateway replica reads it with one pipelined Redis round trip per request
 (:func:`kv_lookup`). Redis is already in every deployment (Celery, Channels, budgets), so

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Module size: no Python module outside tests/ and migrations is longer than 400 lines.
 # A module past that becomes a package (or sibling modules) by topic, along its seams
-# (README, "Code health"). There is no list of exceptions: split the module instead.
+# (docs/development.md, "Code health"). There is no list of exceptions: split the module instead.
 # Checks tracked files plus new ones git does not ignore, so pre-commit catches them too.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
