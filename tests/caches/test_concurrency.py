@@ -5,7 +5,8 @@ policy replacements, budget changes, cache-salt rotations), each in its own thre
 its own PostgreSQL connection, while two real Celery workers run the cache operations
 against the Vertex emulator. PostgreSQL's own deadlock counter must not move, no
 request may answer 5xx, and every operation must reach a terminal status within
-``TERMINAL_BOUND_SECONDS`` of its request (the bound documented in docs/operations/lock-order-and-chaos.md).
+``TERMINAL_BOUND_SECONDS`` of its request (the bound documented in
+docs/operations/lock-order-and-chaos.md).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from tests.caches.conftest import big_content
 from tests.caches.processes import log_tail, start_celery_worker, stop_process, wait_for, wait_ready
 from tests.factories import actor_for
 
-#: Every operation is terminal this long after its request at most (docs/operations/lock-order-and-chaos.md).
+#: Every operation is terminal this long after its request at most
+#: (docs/operations/lock-order-and-chaos.md).
 TERMINAL_BOUND_SECONDS = 60
 TRANSITIONAL = (CacheState.PENDING, CacheState.CREATING, CacheState.REFRESHING)
 

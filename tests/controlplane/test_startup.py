@@ -1,4 +1,4 @@
-"""Start-up: the README's first command (`cacheplane up`), and bad configuration stopping it cleanly."""
+"""Start-up: the README's first command, and bad configuration stopping it cleanly."""
 
 from __future__ import annotations
 
