@@ -2,7 +2,8 @@
 
 - ``cacheplane up``: start everything (embedded PostgreSQL/Redis when their URLs are
   unset), migrate, bootstrap, then run the ASGI server, a Celery worker and Celery beat
-  until Ctrl-C; data is kept under ``.cacheplane/`` for the next start.
+  until Ctrl-C; data is kept under ``.cacheplane/`` for the next start
+  (``cacheplane up --help`` lists every port and the data dir, with their variables).
 - ``cacheplane worker ...``: the embedded reference worker (vLLM-compatible).
 - ``cacheplane manage ...`` or ``cacheplane <django command> ...``: any management
   command, e.g. ``cacheplane audit verify-chain``.
