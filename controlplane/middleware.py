@@ -66,3 +66,28 @@ class BodySizeLimitMiddleware:
                 status=413,
             )
         return self.get_response(request)
+
+
+class MachineEndpointMiddleware:
+    """Answer ``/healthz``, ``/readyz`` and ``/metrics`` whatever the Host header says.
+
+    Kubelet probes and Prometheus address a pod by its IP, so their Host is
+    ``10.1.2.3:8000``, which no ALLOWED_HOSTS lists: further down, CommonMiddleware would
+    answer 400 (DisallowedHost) and every pod would stay unready, unscraped. These views
+    build no URL from the host and set no cookie, so the host check protects nothing
+    there. Placed before SecurityMiddleware: in-cluster probes speak plain HTTP.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        from controlplane import health, metrics
+
+        self.get_response = get_response
+        self.views: dict[str, Callable[[HttpRequest], HttpResponse]] = {
+            "/healthz": health.healthz,
+            "/readyz": health.readyz,
+            "/metrics": metrics.metrics_view,
+        }
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        view = self.views.get(request.path_info)
+        return self.get_response(request) if view is None else view(request)
