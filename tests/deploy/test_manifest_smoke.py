@@ -108,11 +108,11 @@ class Pods:
         self.config = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
         image = containerfile_runtime_env()
         venv_bin = str(Path(sys.executable).parent)
+        assert image["PATH"].startswith("/opt/venv/bin:")
         self.base = {
             **image,
-            "PATH": image["PATH"]
-            .replace("/opt/venv/bin", venv_bin)
-            .replace("$PATH", os.environ["PATH"]),
+            # The image puts its venv first on the base image's PATH; here: this venv.
+            "PATH": f"{venv_bin}:{os.environ['PATH']}",
             "HOME": str(workdir),
         }
         self.running: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -278,7 +278,9 @@ def test_the_production_overlays_processes_run_and_pass_their_probes(pods: Pods)
     publisher = ZmqEventPublisher(
         KVEventsConfig(
             enable_kv_cache_events=True,
-            endpoint=f"tcp://127.0.0.1:{pub_port}",
+            # A wildcard, as the manifests' workers: vLLM's publisher connects (instead of
+            # binding) to any other address.
+            endpoint=f"tcp://*:{pub_port}",
             replay_endpoint=f"tcp://127.0.0.1:{replay_port}",
         )
     )
