@@ -49,7 +49,7 @@ def test_two_gateway_processes_hold_the_invariants_of_one(
     from workers import kv_index
 
     acme, globex = tenant_keys["gw-acme"], tenant_keys["gw-globex"]
-    price_pool_decode_only()  # 1,000 µ$ per output token, prefill 0: hold == cost
+    price_pool_decode_only()  # 1,000 µ$ per output token, prefill 0 (<500 tokens): hold == cost
     hard_budget(acme, limit_micros=28 * 4 * 1000)  # routing's 8 requests, then room for 20
     api.force_login(globex["admin"])
     limit = api.post(
@@ -81,7 +81,7 @@ def test_two_gateway_processes_hold_the_invariants_of_one(
                 body = {
                     **short,
                     "messages": [
-                        {"role": "system", "content": f"shared manual {i} " * 40},
+                        {"role": "system", "content": f"shared manual {i} " * 12},
                         {"role": "user", "content": "q"},
                     ],
                 }
@@ -120,13 +120,13 @@ def test_two_gateway_processes_hold_the_invariants_of_one(
         stop.set()
         stamper.join()
 
+    for placed_on, followed_to, cached in followed:
+        assert followed_to == placed_on
+        assert cached > 0
     statuses = [r.status_code for r in budgeted]
     assert statuses.count(200) == 20 and statuses.count(402) == 40, statuses
     statuses = [r.status_code for r in limited]
     assert statuses.count(200) == 12 and statuses.count(429) == 24, statuses
-    for placed_on, followed_to, cached in followed:
-        assert followed_to == placed_on
-        assert cached > 0
 
     from billing.models import BudgetPeriod
     from billing.services.budget_reservations import budget_period_live, budget_settlements_flush
