@@ -81,11 +81,11 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Probes and scrapes address the pod by IP (see the class): before any host check.
+    "controlplane.middleware.MachineEndpointMiddleware",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "controlplane.middleware.RequestIdMiddleware",
     "controlplane.middleware.BodySizeLimitMiddleware",
-    # Probes and scrapes address the pod by IP (see the class): before any host check.
-    "controlplane.middleware.MachineEndpointMiddleware",
     "controlplane.api.middleware.QueryStringCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
