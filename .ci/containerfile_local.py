@@ -92,6 +92,7 @@ def main(root: Path) -> int:
             run_env = {**os.environ, **args, **{k: local(v) for k, v in env.items()}}
             # The pip cache is this machine's; the image build keeps none (PIP_NO_CACHE_DIR).
             run_env.pop("PIP_NO_CACHE_DIR", None)
+            run_env.setdefault("PIP_QUIET", "1")  # CI's log keeps the failures, not the list
             command = command.replace(" --no-cache-dir", "")
             subprocess.run(
                 ["sh", "-c", command], cwd=workdir, env=run_env, check=True, stdout=sys.stderr
