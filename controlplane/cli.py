@@ -115,6 +115,12 @@ def _with_embedded_services(argv: list[str], run: Callable[[], int] | None = Non
         if run is not None:
             return run()
         argv = _migrate_argv(argv)
+        if argv[1:2] == ["migrate"] and os.environ.get("DATABASE_MIGRATE_URL"):
+            # Before migrating: the run's data migrations write as the application role.
+            from controlplane.dbroles import app_role_default_privileges_configured
+
+            _setup_django()
+            app_role_default_privileges_configured()
         status = run_django_command(argv)
         if status == 0:
             _grant_after_migrate(argv)

@@ -126,6 +126,45 @@ def app_role_grant(*, cursor: CursorWrapper, role: str) -> list[str]:
     return present
 
 
+def app_role_default_privileges(*, cursor: CursorWrapper, role: str) -> None:
+    """Let ``role`` use what the connected owner creates from now on (tables, sequences).
+
+    Run as the owner before migrating: a data migration reads and writes through the
+    default alias, i.e. as the application role, on tables the same run just created.
+    ``app_role_grant`` takes UPDATE/DELETE/TRUNCATE back on the append-only ones after.
+    Idempotent.
+    """
+    ident = sql.Identifier(role)
+    cursor.execute(
+        sql.SQL(
+            "ALTER DEFAULT PRIVILEGES IN SCHEMA public "
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {}"
+        ).format(ident)
+    )
+    cursor.execute(
+        sql.SQL(
+            "ALTER DEFAULT PRIVILEGES IN SCHEMA public "
+            "GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO {}"
+        ).format(ident)
+    )
+
+
+def app_role_default_privileges_configured() -> str | None:
+    """``app_role_default_privileges`` as the ``migrate`` alias for the role of
+    ``DATABASE_URL``; None when no separate owner is configured."""
+    from django.db import connections
+
+    if "migrate" not in connections:
+        return None
+    owner = connections["migrate"]
+    role = connections["default"].settings_dict.get("USER") or ""
+    if not role or role == owner.settings_dict.get("USER"):
+        return None
+    with owner.cursor() as cursor:
+        app_role_default_privileges(cursor=cursor, role=role)
+    return role
+
+
 def app_role_grant_configured(*, role: str | None = None) -> tuple[str, list[str]] | None:
     """``app_role_grant`` through the configured databases: as the ``migrate`` alias
     (``DATABASE_MIGRATE_URL``, the owner) for the role ``DATABASE_URL`` connects as, or

@@ -133,3 +133,43 @@ def parse_redis_url(name: str, raw: str) -> str:
     if not raw.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError(name, "expected redis://host:port/db (or rediss://, unix://)")
     return raw
+
+
+#: Substrings that mark a value as an example from documentation or a manifest, never a
+#: real secret (the shipped placeholders all carry one of them).
+PLACEHOLDER_MARKERS = (
+    "replace-me",
+    "replace_me",
+    "replaceme",
+    "change-me",
+    "change_me",
+    "changeme",
+    "placeholder",
+    "insecure",
+    "example-secret",
+)
+#: Whole values that documentation uses as passwords (.env.example's database URL).
+PLACEHOLDER_VALUES = frozenset({"secret", "password", "passw0rd", "admin", "test", "example"})
+
+
+def refuse_placeholder(name: str, value: str | None, *, url: bool = False) -> None:
+    """Raise when ``value`` is a known placeholder (for a URL: its password).
+
+    Production calls this for every secret: a manifest or ``.env`` file applied without
+    its placeholders replaced would otherwise run with a publicly known key.
+    """
+    if url and value:
+        from urllib.parse import urlsplit
+
+        try:
+            value = urlsplit(value).password
+        except ValueError:
+            return  # the URL's own parser reports the malformed value
+    if not value:
+        return
+    lowered = value.lower()
+    if lowered in PLACEHOLDER_VALUES or any(marker in lowered for marker in PLACEHOLDER_MARKERS):
+        raise ConfigError(
+            name,
+            "is a known placeholder value; production needs a real secret from your secret store",
+        )

@@ -66,3 +66,32 @@ class BodySizeLimitMiddleware:
                 status=413,
             )
         return self.get_response(request)
+
+
+class MachineEndpointMiddleware:
+    """Let ``/healthz``, ``/readyz`` and ``/metrics`` through whatever the Host header says.
+
+    Kubelet probes and Prometheus address a pod by its IP, so their Host is
+    ``10.1.2.3:8000``, which no ALLOWED_HOSTS lists: CommonMiddleware would answer 400
+    (DisallowedHost) and every pod would stay unready, unscraped. These views build no
+    URL from the host and set no cookie, so for them alone an unlisted Host is replaced
+    by a listed one before any host check; the rest of the stack (metrics, request id,
+    audit of a bad scrape token) runs as for any request.
+    """
+
+    PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path_info in self.PATHS:
+            from django.conf import settings
+            from django.http.request import split_domain_port, validate_host
+
+            domain, _ = split_domain_port(request.META.get("HTTP_HOST", ""))
+            allowed = settings.ALLOWED_HOSTS
+            if allowed and not validate_host(domain, allowed):
+                request.META["HTTP_HOST"] = allowed[0].lstrip(".").replace("*", "localhost")
+                request.META.pop("HTTP_X_FORWARDED_HOST", None)
+        return self.get_response(request)

@@ -14,8 +14,16 @@ templates, static files, security, throttling, REST API); the others come from
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
-from controlplane.env import ConfigError, env_bool, env_int, env_list, env_str
+from controlplane.env import (
+    ConfigError,
+    env_bool,
+    env_int,
+    env_list,
+    env_str,
+    refuse_placeholder,
+)
 
 # Django reads settings as this module's attributes, so every uppercase name of the four
 # settings_* modules becomes a setting here. The star imports are deliberate (F403 silenced
@@ -32,6 +40,13 @@ SECRET_KEY = env_str(
 )
 if PRODUCTION and len(SECRET_KEY or "") < 50:
     raise ConfigError("CACHEPLANE_SECRET_KEY", "must be at least 50 characters in production")
+if PRODUCTION:
+    # A placeholder passes the length check (the manifests' example key is 67 characters):
+    # refuse every known one, so an unedited Secret stops start-up instead of serving with
+    # a publicly known key or password.
+    refuse_placeholder("CACHEPLANE_SECRET_KEY", SECRET_KEY)
+    if SECRET_KEY == _DEV_SECRET:
+        raise ConfigError("CACHEPLANE_SECRET_KEY", "is the development key")
 DEBUG = env_bool("CACHEPLANE_DEBUG", False)
 
 ALLOWED_HOSTS = env_list(
@@ -66,6 +81,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Probes and scrapes address the pod by IP (see the class): before any host check.
+    "controlplane.middleware.MachineEndpointMiddleware",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "controlplane.middleware.RequestIdMiddleware",
     "controlplane.middleware.BodySizeLimitMiddleware",
@@ -135,11 +152,13 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# An installed package's BASE_DIR is site-packages: the image collects into its own
+# directory (Containerfile) and builds node_modules outside the package.
+STATIC_ROOT = Path(env_str("CACHEPLANE_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
 # Front-end packages come from the npm registry (package.json) and are served straight
 # from node_modules: nothing is copied into the repository. `cacheplane up` and the test
 # suite run `npm ci` when node_modules is missing (controlplane/assets.py).
-NODE_MODULES = BASE_DIR / "node_modules"
+NODE_MODULES = Path(env_str("CACHEPLANE_NODE_MODULES", str(BASE_DIR / "node_modules")))
 STATICFILES_DIRS = [
     ("vendor/chart.js", NODE_MODULES / "chart.js" / "dist"),
     ("vendor/htmx", NODE_MODULES / "htmx.org" / "dist"),
@@ -204,6 +223,11 @@ CSRF_FAILURE_VIEW = "audit.http.csrf_failure"
 CACHEPLANE_METRICS_TOKEN = env_str("CACHEPLANE_METRICS_TOKEN", None)
 if CACHEPLANE_METRICS_TOKEN is not None and len(CACHEPLANE_METRICS_TOKEN) < 32:
     raise ConfigError("CACHEPLANE_METRICS_TOKEN", "must be at least 32 characters")
+if PRODUCTION:
+    refuse_placeholder("CACHEPLANE_METRICS_TOKEN", CACHEPLANE_METRICS_TOKEN)
+    refuse_placeholder("CACHEPLANE_VLLM_API_KEY", env_str("CACHEPLANE_VLLM_API_KEY"))
+    for _url_variable in ("DATABASE_URL", "DATABASE_MIGRATE_URL", "REDIS_URL", "CELERY_BROKER_URL"):
+        refuse_placeholder(_url_variable, env_str(_url_variable), url=True)
 
 # --- REST API -------------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -25,6 +25,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--register", metavar="NAME")
     parser.add_argument("--advertise-url", metavar="URL")
     parser.add_argument("--pool", default="default")
+    # PUB[,REPLAY] as the KV indexer reads it (a `*` host becomes the advertised host).
+    parser.add_argument("--kv-events-endpoint", default="")
     parser.add_argument("--dry-run", action="store_true")
     return parser
 
@@ -54,8 +56,13 @@ def build_command(engine: str, rest: list[str]) -> tuple[list[str], dict[str, st
         served_model_name=_flag(rest, "--served-model-name"),
         block_size=int(_flag(rest, "--block-size", "16") or 16),
         max_model_len=int(v) if (v := _flag(rest, "--max-model-len")) else None,
+        # The replay socket lets the KV indexer fill a gap in the event stream (and
+        # rebuild a worker's entry after the indexer restarts) instead of resetting it.
+        kv_events_replay_endpoint="tcp://*:5558",
     )
-    return argv, vllm_env()
+    # The control plane calls workers with CACHEPLANE_VLLM_API_KEY; vLLM must demand it
+    # (VLLM_API_KEY, in the environment rather than argv where `ps` would show it).
+    return argv, vllm_env(api_key=os.environ.get("CACHEPLANE_VLLM_API_KEY") or None)
 
 
 def worker_main(argv: list[str]) -> int:
@@ -67,7 +74,14 @@ def worker_main(argv: list[str]) -> int:
         if not args.advertise_url:
             print("cacheplane worker: --register needs --advertise-url", file=sys.stderr)
             return 2
-        _register(args.register, args.advertise_url, model, args.pool, args.engine)
+        _register(
+            args.register,
+            args.advertise_url,
+            model,
+            args.pool,
+            args.engine,
+            kv_events_endpoint=args.kv_events_endpoint,
+        )
     if args.dry_run:
         env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(extra_env.items()))
         print((env_text + " " if env_text else "") + shlex.join(command))
@@ -79,7 +93,9 @@ def worker_main(argv: list[str]) -> int:
     return subprocess.call(command, env={**os.environ, **extra_env})
 
 
-def _register(name: str, url: str, model: str, pool: str, engine: str) -> None:
+def _register(
+    name: str, url: str, model: str, pool: str, engine: str, *, kv_events_endpoint: str
+) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
     import django
 
@@ -88,6 +104,12 @@ def _register(name: str, url: str, model: str, pool: str, engine: str) -> None:
     from workers.services import worker_register
 
     worker = worker_register(
-        actor=Actor.cli(), name=name, base_url=url, model=model, pool=pool, engine=engine
+        actor=Actor.cli(),
+        name=name,
+        base_url=url,
+        model=model,
+        pool=pool,
+        engine=engine,
+        kv_events_endpoint=kv_events_endpoint,
     )
     print(f"registered worker {worker.name} ({worker.model}) at {worker.base_url}")

