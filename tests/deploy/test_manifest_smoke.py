@@ -36,7 +36,7 @@ from tests.deploy.support import (
     resource,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 SUFFIX = f"{os.getpid()}"
 OWNER, APP = f"smoke_owner_{SUFFIX}", f"smoke_app_{SUFFIX}"

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import REF_MODEL as MODEL
 from tests.gateway.support import gateway_processes, hard_budget, price_pool_decode_only
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 async def _spread(urls: list[str], key: str, bodies: list[dict]) -> list[httpx.Response]:
