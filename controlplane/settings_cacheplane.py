@@ -65,8 +65,10 @@ CACHEPLANE_VERTEX_STATIC_TOKEN = env_str("CACHEPLANE_VERTEX_STATIC_TOKEN", "") o
 CACHEPLANE_VERTEX_DISPLAY_PREFIX = env_str("CACHEPLANE_VERTEX_DISPLAY_PREFIX", "cacheplane-") or ""
 # No "adopt": a remote whose record is still creating it is always adopted; one that no
 # record claims has no tenant to be adopted into (the value was accepted and did "report").
+# "ended" (default): delete the orphans of ended records (superseded creates), report the
+# rest; "delete": delete every orphan with our prefix; "report": delete none.
 CACHEPLANE_RECONCILE_ORPHANS = env_choice(
-    "CACHEPLANE_RECONCILE_ORPHANS", "report", ("report", "delete")
+    "CACHEPLANE_RECONCILE_ORPHANS", "ended", ("ended", "report", "delete")
 )
 CACHEPLANE_VLLM_API_KEY = env_str("CACHEPLANE_VLLM_API_KEY", "") or ""
 CACHEPLANE_VLLM_PIN_REFRESH_SECONDS = env_int("CACHEPLANE_VLLM_PIN_REFRESH_SECONDS", 120, minimum=5)

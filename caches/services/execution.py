@@ -21,6 +21,7 @@ from audit.services import audit_record
 from audit.snapshot import diff, values_snapshot
 from caches.cron import next_cron_time
 from caches.models import (
+    TERMINAL_STATES,
     CacheObject,
     CacheOperation,
     CacheState,
@@ -36,6 +37,7 @@ from caches.providers.base import (
     TransientProviderError,
 )
 from caches.providers.registry import provider_for
+from caches.providers.vertex import VertexProvider
 from caches.services.locks import operation_lock
 from caches.services.transitions import cache_transition
 from tenants.actor import Actor
@@ -164,7 +166,7 @@ def operation_execute(*, operation_id: str) -> str | None:
     provider = provider_for(op.cache)
     try:
         if op.kind == OperationKind.CREATE:
-            remote = provider.create(op.cache)
+            remote = provider.create(op.cache, retry=op.attempts > 1)
         elif op.kind == OperationKind.REFRESH:
             ttl = int(op.params.get("ttl_seconds") or op.cache.ttl_seconds)
             remote = provider.refresh(op.cache, ttl_seconds=ttl)
@@ -193,10 +195,21 @@ def operation_execute(*, operation_id: str) -> str | None:
             return None
         if pair[1].status != OperationStatus.RUNNING:
             return pair[1].status  # reconciliation settled it meanwhile
+        orphaned = False
         if pair[1].kind != OperationKind.EVICT and pair[0].state in SUPERSEDING_STATES:
-            _superseded(pair[1], remote)
+            orphaned = _superseded(pair[1], remote)
         else:
             operation_apply_success(pair[1], remote)
+    if orphaned and isinstance(provider, VertexProvider):
+        from caches.services.orphans import orphan_delete
+
+        orphan_delete(
+            provider=provider,
+            remote_name=remote.remote_name,
+            cache=pair[0],
+            actor=SYSTEM,
+            reason="created after its cache ended (a superseded create)",
+        )
     return OperationStatus.SUCCEEDED
 
 
@@ -211,24 +224,40 @@ SUPERSEDING_STATES = (
 )
 
 
-def _superseded(op: CacheOperation, remote: RemoteState) -> None:
-    """Close a create or refresh whose cache moved on while the provider call ran.
+def _superseded(op: CacheOperation, remote: RemoteState) -> bool:
+    """Close a create or refresh whose cache moved on while the provider call ran; True
+    when a remote cache now exists that nothing will delete (the cache has ended).
 
     The cache keeps the state it moved to (moving an evicting cache back to active was
-    the bug that left such operations running until their lease ran out). A create's
-    remote name is still recorded, so the pending eviction deletes what was created;
-    if the eviction already ran, reconciliation deletes the remote as an orphan (it
-    carries our display name).
+    the bug that left such operations running until their lease ran out). A create made
+    a remote cache, which is paid for: its creation is booked, its remote name, token
+    count and ``activated_at`` recorded (storage accrues from there until it is deleted),
+    and the pending eviction deletes it; if the cache has already ended, the caller
+    deletes it at once (``caches.services.orphans``), and reconciliation backs that up.
     """
     cache = op.cache
     if op.kind == OperationKind.CREATE and remote.remote_name and not cache.remote_name:
+        now = timezone.now()
         cache.remote_name = remote.remote_name
-        cache.save(update_fields=["remote_name", "updated_at"])
+        fields = ["remote_name", "updated_at"]
+        if cache.activated_at is None:
+            cache.activated_at = now
+            if remote.token_count is not None:
+                cache.token_count = remote.token_count
+            fields += ["activated_at", "token_count"]
+            _creation_book(op, cache, now, observe=False)
+        cache.save(update_fields=fields)
     operation_finish(
         op,
         OperationStatus.SUCCEEDED,
         "superseded",
         f"the {op.kind} succeeded at the provider, but the cache is {cache.state} now",
+    )
+    return (
+        op.kind == OperationKind.CREATE
+        and bool(remote.remote_name)
+        and cache.remote_name == remote.remote_name
+        and cache.state in TERMINAL_STATES
     )
 
 
@@ -290,12 +319,14 @@ def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
     operation_finish(op, OperationStatus.SUCCEEDED)
 
 
-def _creation_book(op: CacheOperation, cache: CacheObject, now: datetime) -> None:
+def _creation_book(
+    op: CacheOperation, cache: CacheObject, now: datetime, *, observe: bool = True
+) -> None:
     """Book the write of the cached tokens (billing; one ledger row per operation) and,
     for economic caches, count the creation as a use of the content (the autopilot)."""
     from billing.services.usage import cache_creation_record
 
-    if cache.ttl_policy == TtlPolicy.ECONOMIC:
+    if observe and cache.ttl_policy == TtlPolicy.ECONOMIC:
         from billing.services.cache_economics import ttl_profile_observe
 
         ttl_profile_observe(cache=cache, at=now)
