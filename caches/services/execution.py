@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from audit.services import audit_record
 from audit.snapshot import diff, values_snapshot
+from billing.ttl_policy import REFUSE
 from caches.cron import next_cron_time
 from caches.models import (
     TERMINAL_STATES,
@@ -38,6 +39,7 @@ from caches.providers.base import (
 )
 from caches.providers.registry import provider_for
 from caches.providers.vertex import VertexProvider
+from caches.services.creation import creation_book, economic_creation_decision
 from caches.services.locks import operation_lock
 from caches.services.transitions import cache_transition
 from tenants.actor import Actor
@@ -68,6 +70,16 @@ def _claim(operation_id: str) -> CacheOperation | None:
             _fail(op, "attempts_exhausted", f"gave up after {op.attempts} attempts: {op.error}")
             return None
         if op.kind == OperationKind.CREATE:
+            if cache.ttl_policy == TtlPolicy.ECONOMIC:
+                decision = economic_creation_decision(cache=cache, now=now)
+                if decision is not None and decision.action == REFUSE:
+                    _fail(op, "budget_near_limit", f"autopilot: {decision.reason}")
+                    return None
+                if decision is not None:
+                    # Created with the autopilot's TTL, not the one requested (a learned
+                    # keep-alive of 0 means the minimum TTL, not the full request).
+                    op.params = {**op.params, "ttl_seconds": decision.ttl_from(now.timestamp())}
+                    op.save(update_fields=["params"])
             if cache.state == CacheState.PENDING:
                 cache_transition(
                     cache=cache,
@@ -164,6 +176,8 @@ def operation_execute(*, operation_id: str) -> str | None:
     if op is None:
         return None
     provider = provider_for(op.cache)
+    if op.kind == OperationKind.CREATE and op.params.get("ttl_seconds"):
+        op.cache.ttl_seconds = int(op.params["ttl_seconds"])  # the autopilot's, as created
     try:
         if op.kind == OperationKind.CREATE:
             remote = provider.create(op.cache, retry=op.attempts > 1)
@@ -245,7 +259,7 @@ def _superseded(op: CacheOperation, remote: RemoteState) -> bool:
             if remote.token_count is not None:
                 cache.token_count = remote.token_count
             fields += ["activated_at", "token_count"]
-            _creation_book(op, cache, now, observe=False)
+            creation_book(op, cache, now, observe=False)
         cache.save(update_fields=fields)
     operation_finish(
         op,
@@ -299,7 +313,7 @@ def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
         if op.kind == OperationKind.CREATE:
             cache.activated_at = now
             fields.append("activated_at")
-            _creation_book(op, cache, now)
+            creation_book(op, cache, now)
         reason = f"{op.kind} succeeded"
         if remote.cached_tokens is not None:
             reason += f" (resident: {remote.cached_tokens} cached tokens)"
@@ -317,33 +331,6 @@ def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
     else:
         cache_transition(cache=cache, to_state=CacheState.EVICTED, actor=SYSTEM, reason="evicted")
     operation_finish(op, OperationStatus.SUCCEEDED)
-
-
-def _creation_book(
-    op: CacheOperation, cache: CacheObject, now: datetime, *, observe: bool = True
-) -> None:
-    """Book the write of the cached tokens (billing; one ledger row per operation) and,
-    for economic caches, count the creation as a use of the content (the autopilot)."""
-    from billing.services.usage import cache_creation_record
-
-    if observe and cache.ttl_policy == TtlPolicy.ECONOMIC:
-        from billing.services.cache_economics import ttl_profile_observe
-
-        ttl_profile_observe(cache=cache, at=now)
-
-    transaction.on_commit(
-        lambda: cache_creation_record(
-            tenant=cache.tenant,
-            cache_id=str(cache.pk),
-            operation_id=str(op.pk),
-            provider=cache.provider,
-            model=cache.model,
-            tokens=int(cache.token_count or 0),
-            ttl_seconds=int(cache.ttl_seconds),
-            occurred_at=now,
-            principal_id=str(op.requested_by_id) if op.requested_by_id else None,
-        )
-    )
 
 
 def _pin_record(
