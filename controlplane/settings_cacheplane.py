@@ -147,9 +147,10 @@ CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS = env_float(
     "CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS", 120.0, minimum=0.1
 )
 
-# Budget webhooks may reach private/loopback addresses only when allowed (development).
+# Budget webhooks may reach private/loopback addresses only when explicitly allowed, in
+# development too (a tenant's URL must not reach the machine's own network by default).
 CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE = env_bool(
-    "CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE", not PRODUCTION
+    "CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE", False
 )
 # Gateway routing: "kv_events" routes on the KV indexer's Redis index when it is fresh
 # (falling back per request to the character-based guess); "approximate" never reads it.
