@@ -18,7 +18,7 @@ from controlplane.env import (
     env_str,
     parse_with,
 )
-from controlplane.settings_deployment import BASE_DIR, PRODUCTION
+from controlplane.settings_deployment import BASE_DIR
 from controlplane.settings_services import CELERY_TASK_TIME_LIMIT
 
 # --- Cacheplane -----------------------------------------------------------------------
