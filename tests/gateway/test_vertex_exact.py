@@ -168,3 +168,24 @@ def test_gemini_3_flash_has_its_published_audio_rates_seeded() -> None:
     assert price.audio_input_per_mtok == Decimal("1.00")
     assert price.audio_cached_input_per_mtok == Decimal("0.10")
     assert price.input_per_mtok == Decimal("0.50")  # text unchanged
+
+
+@pytest.mark.parametrize(
+    "response_format",
+    [
+        {"type": "json_schema", "json_schema": "not an object"},
+        {"type": "json_schema", "json_schema": ["schema"]},
+        {"type": "json_schema", "json_schema": {"schema": "x"}},
+        {"type": ["json_object"]},
+        "json_object",
+    ],
+)
+def test_a_malformed_response_format_is_a_400_never_a_500(
+    live_server_url, acme, vertex, response_format
+):
+    with pytest.raises(openai.BadRequestError) as raised:
+        _client(live_server_url, acme["key"]).chat.completions.create(
+            model=FLASH, messages=HI, max_tokens=5, extra_body={"response_format": response_format}
+        )
+    assert raised.value.body["param"] == "response_format"
+    assert vertex.requests(path_contains=":generateContent") == []
