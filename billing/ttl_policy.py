@@ -1,28 +1,20 @@
 """The economic TTL policy: keep a cache while it is expected to save more than it costs.
 
-Pure Python, no Django, no I/O: the caches app feeds it each cache's observed query rate
-and its prices and applies the decision. The app's economic policy is
-:func:`autopilot_decide` (a keep-alive learned from the context's own gaps, at the end of
-this module); ``ttl_decision`` (a rate estimate against the break-even rate) is kept for
-callers of the older interface.
+Pure Python, no Django, no I/O: the caches app feeds it each context's observed gaps and
+its prices and applies the decision. There is one economic rule, :func:`autopilot_decide`
+(a keep-alive learned from the context's own gaps, at the end of this module), asked at
+creation, at the hit flush and at each review; ``bench/ttl_policy.py`` measures it as the
+app runs it. (An older rate-against-break-even rule, ``ttl_decision``, ran beside it for
+unpriced caches and callers of its interface; it is gone: an unpriced cache slides.)
 
-* **Rate estimate.** ``ewma_update`` keeps a time-decayed event rate: at each hit the
-  old estimate decays by ``e^(-Δt/τ)`` and the hit adds ``1/τ``. For a steady Poisson
-  stream of λ queries per hour its expectation is λ; after a burst it falls off with
-  time constant τ. ``ewma_decay`` reads the current value without a hit (at the TTL
-  checkpoint).
-* **Decision.** Over the next ``window`` the cache is expected to serve
-  ``rate × window`` hits, each saving ``tokens × (miss − hit)``; keeping it costs
-  ``tokens × storage × window``. Extend when savings exceed storage by the ``margin``,
-  otherwise let it expire. (The window cancels out of the comparison — the test is
-  ``rate > margin × storage / (miss − hit)``, the break-even rate — it sets how long an
-  extension lasts before the next look.)
-* **Budget pressure.** When the tenant has used ``near_budget`` (default 90 %) of a
-  budget, TTLs are cut to ``short_ttl_seconds`` and the decision says
-  ``allow_new_pins=False`` (advice: no caller refuses pins on it yet).
+* **Rate estimate** (shown in the console, not a decision input): ``ewma_update`` keeps a
+  time-decayed event rate: at each hit the old estimate decays by ``e^(-Δt/τ)`` and the hit
+  adds ``1/τ``. For a steady Poisson stream of λ queries per hour its expectation is λ.
+* **Budget pressure.** At ``NEAR_BUDGET`` of a budget keep-alives are capped at
+  ``SHORT_TTL_SECONDS``, refreshes stop and new caches are refused; at ``OVER_BUDGET`` live
+  caches are dropped at the next review.
 
-Money is ``Decimal`` micro-USD (rates in USD per 1M tokens × tokens); the query rate is
-a float estimate by nature and is converted to ``Decimal`` before it meets money.
+Money is ``Decimal`` USD per 1M tokens; gaps are float seconds by nature.
 """
 
 from __future__ import annotations
@@ -35,6 +27,8 @@ from decimal import Decimal
 EXTEND = "extend"
 EXPIRE = "expire"
 SHORTEN = "shorten"
+KEEP = "keep"
+REFUSE = "refuse"
 
 
 def _dec(value: Decimal | float | int) -> Decimal:
@@ -110,85 +104,6 @@ class CacheEconomics:
         return self.storage_per_mtok_hour / saving
 
 
-@dataclass(frozen=True)
-class TtlDecision:
-    """What to do with a cache's TTL now.
-
-    ``ttl_seconds``: the TTL to set from now (``extend``/``shorten``), or what remains
-    (``expire``: do not extend, let it run out). ``allow_new_pins``: whether the tenant
-    may pin or create more caches now.
-    """
-
-    action: str
-    ttl_seconds: int
-    allow_new_pins: bool
-    expected_savings_micros: Decimal
-    storage_cost_micros: Decimal
-    reason: str
-
-
-def ttl_decision(
-    *,
-    rate_per_hour: float,
-    economics: CacheEconomics,
-    remaining_ttl_seconds: int,
-    window_seconds: int = 300,
-    budget_used_fraction: Decimal | float = 0,
-    near_budget: Decimal | float = Decimal("0.9"),
-    short_ttl_seconds: int = 300,
-    margin: Decimal | float = Decimal(1),
-    idle_seconds: float | None = None,
-) -> TtlDecision:
-    """Extend, let expire or shorten one cache's TTL (see the module docstring).
-
-    ``rate_per_hour`` is the current EWMA estimate (decay it to now first);
-    ``budget_used_fraction`` the highest spent/limit of the tenant's budgets (0 if none).
-    """
-    if window_seconds <= 0:
-        raise ValueError("window_seconds must be positive")
-    remaining = max(int(remaining_ttl_seconds), 0)
-    hours = Decimal(window_seconds) / 3600
-    tokens = Decimal(economics.tokens)
-    rate_value = max(float(rate_per_hour), 0.0)
-    if idle_seconds is not None and idle_seconds > 0:
-        # A cache idle for u seconds is unlikely to see more than one query per u: the
-        # estimate is capped at 3600/u queries per hour, so after a burst the cache is
-        # never kept longer than the break-even gap (the rent-or-buy bound).
-        rate_value = min(rate_value, 3600.0 / idle_seconds)
-    rate = _dec(rate_value)
-    saving_per_hit = tokens * (economics.miss_per_mtok - economics.hit_per_mtok)
-    savings = rate * hours * saving_per_hit
-    storage = tokens * economics.storage_per_mtok_hour * hours
-    used, near = _dec(budget_used_fraction), _dec(near_budget)
-    if used >= near:
-        ttl = min(remaining, short_ttl_seconds)
-        return TtlDecision(
-            action=SHORTEN if remaining > short_ttl_seconds else EXPIRE,
-            ttl_seconds=ttl,
-            allow_new_pins=False,
-            expected_savings_micros=savings,
-            storage_cost_micros=storage,
-            reason=f"budget {used:.0%} used (>= {near:.0%}): TTL capped, no new pins",
-        )
-    if saving_per_hit > 0 and savings > storage * _dec(margin):
-        return TtlDecision(
-            action=EXTEND,
-            ttl_seconds=max(remaining, window_seconds),
-            allow_new_pins=True,
-            expected_savings_micros=savings,
-            storage_cost_micros=storage,
-            reason=f"expected savings {savings:.0f} > storage {storage:.0f} µ$ over the window",
-        )
-    return TtlDecision(
-        action=EXPIRE,
-        ttl_seconds=remaining,
-        allow_new_pins=True,
-        expected_savings_micros=savings,
-        storage_cost_micros=storage,
-        reason=f"expected savings {savings:.0f} <= storage {storage:.0f} µ$ over the window",
-    )
-
-
 # --- The autopilot: a learned keep-alive per context -----------------------------------
 #
 # The hindsight optimum keeps a cache across a gap ``g`` between two queries iff storing
@@ -219,8 +134,6 @@ MIN_HISTORY = 2
 NEAR_BUDGET = Decimal("0.9")
 OVER_BUDGET = Decimal("1.0")
 SHORT_TTL_SECONDS = 300
-KEEP = "keep"
-REFUSE = "refuse"
 
 
 @dataclass(frozen=True)
@@ -308,7 +221,8 @@ class AutopilotDecision:
 
     def ttl_from(self, now: float) -> int:
         """The TTL to send a provider whose update sets ``expiry = now + ttl``."""
-        return max(int(math.ceil(self.expire_at - now)), 0)
+        # A millisecond of float noise (epoch seconds) must not add a whole second.
+        return max(int(math.ceil(self.expire_at - now - 1e-3)), 0)
 
 
 def autopilot_decide(

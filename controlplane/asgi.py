@@ -15,8 +15,8 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from controlplane.ws_origin import SameOriginValidator  # noqa: E402
 from frontend.routing import websocket_urlpatterns  # noqa: E402
 from gateway.app import app as gateway_app  # noqa: E402
 from gateway.app import lifespan  # noqa: E402
@@ -42,8 +42,7 @@ application = ProtocolTypeRouter(
         "http": http_router,
         # The gateway's worker connections are closed on shutdown (gateway.app.lifespan).
         "lifespan": lifespan,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        # Origin checked with its port (channels' validator ignores it), then ALLOWED_HOSTS.
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

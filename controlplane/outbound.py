@@ -27,9 +27,35 @@ class DestinationRefused(Exception):
     """The destination may not be called: it does not resolve, or to a forbidden address."""
 
 
+#: NAT64 prefixes (RFC 6052's well-known prefix and RFC 8215's local-use one): an address in
+#: them reaches the IPv4 address in its last 32 bits through a translator.
+_NAT64 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))
+
+
+def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address leads to, if it embeds one: IPv4-mapped
+    (``::ffff:a.b.c.d``), 6to4 (``2002:AABB:CCDD::/48``), Teredo (the client address) or
+    NAT64 (``64:ff9b::a.b.c.d``)."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    if any(address in network for network in _NAT64):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def address_is_public(address: IPAddress) -> bool:
-    """Only globally routable addresses (no loopback, private, link-local, reserved...)."""
-    return address.is_global
+    """Only globally routable addresses (no loopback, private, link-local, reserved...),
+    and for an IPv6 form that embeds an IPv4 address (NAT64, 6to4, Teredo, mapped), only
+    when the IPv4 address is public too: Python calls ``64:ff9b::a00:1`` (10.0.0.1 through
+    NAT64) and ``2002:7f00:1::`` (127.0.0.1 through 6to4) global."""
+    inner = embedded_ipv4(address)
+    return address.is_global and (inner is None or inner.is_global)
 
 
 def destination_resolve(host: str, port: int, *, allowed: AddressAllowed) -> list[IPAddress]:

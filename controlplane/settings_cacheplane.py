@@ -18,7 +18,7 @@ from controlplane.env import (
     env_str,
     parse_with,
 )
-from controlplane.settings_deployment import BASE_DIR, PRODUCTION
+from controlplane.settings_deployment import BASE_DIR
 from controlplane.settings_services import CELERY_TASK_TIME_LIMIT
 
 # --- Cacheplane -----------------------------------------------------------------------
@@ -65,8 +65,10 @@ CACHEPLANE_VERTEX_STATIC_TOKEN = env_str("CACHEPLANE_VERTEX_STATIC_TOKEN", "") o
 CACHEPLANE_VERTEX_DISPLAY_PREFIX = env_str("CACHEPLANE_VERTEX_DISPLAY_PREFIX", "cacheplane-") or ""
 # No "adopt": a remote whose record is still creating it is always adopted; one that no
 # record claims has no tenant to be adopted into (the value was accepted and did "report").
+# "ended" (default): delete the orphans of ended records (superseded creates), report the
+# rest; "delete": delete every orphan with our prefix; "report": delete none.
 CACHEPLANE_RECONCILE_ORPHANS = env_choice(
-    "CACHEPLANE_RECONCILE_ORPHANS", "report", ("report", "delete")
+    "CACHEPLANE_RECONCILE_ORPHANS", "ended", ("ended", "report", "delete")
 )
 CACHEPLANE_VLLM_API_KEY = env_str("CACHEPLANE_VLLM_API_KEY", "") or ""
 CACHEPLANE_VLLM_PIN_REFRESH_SECONDS = env_int("CACHEPLANE_VLLM_PIN_REFRESH_SECONDS", 120, minimum=5)
@@ -145,9 +147,10 @@ CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS = env_float(
     "CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS", 120.0, minimum=0.1
 )
 
-# Budget webhooks may reach private/loopback addresses only when allowed (development).
+# Budget webhooks may reach private/loopback addresses only when explicitly allowed, in
+# development too (a tenant's URL must not reach the machine's own network by default).
 CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE = env_bool(
-    "CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE", not PRODUCTION
+    "CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE", False
 )
 # Gateway routing: "kv_events" routes on the KV indexer's Redis index when it is fresh
 # (falling back per request to the character-based guess); "approximate" never reads it.

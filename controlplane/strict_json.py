@@ -2,8 +2,10 @@
 
 Python's ``json`` accepts things no client of ours means and some that crash later:
 ``NaN``/``Infinity`` (not JSON at all), nesting deep enough to raise ``RecursionError``,
-NUL characters (PostgreSQL text columns refuse them: a 500 at save time) and lone UTF-16
-surrogates (they cannot be encoded back to UTF-8: a 500 at render time). This module
+NUL characters (PostgreSQL text columns refuse them: a 500 at save time), lone UTF-16
+surrogates (they cannot be encoded back to UTF-8: a 500 at render time) and duplicate keys
+in an object (``json`` keeps the last one silently, so what a proxy, a WAF or a log reads
+can differ from what we act on). This module
 refuses all of them up front with one error type carrying a stable code, so each adapter
 maps it to its own error shape (``invalid_json`` over REST and the gateway).
 """
@@ -71,6 +73,15 @@ def check_value(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
                 stack.extend((child, depth + 1) for child in node)
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise StrictJsonError("invalid_json", f"Duplicate key {key!r} in a JSON object.")
+        found[key] = value
+    return found
+
+
 def loads_strict(raw: bytes | str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
     """Decode ``raw`` as strict JSON or raise :class:`StrictJsonError` (never anything else)."""
     if isinstance(raw, bytes):
@@ -79,7 +90,12 @@ def loads_strict(raw: bytes | str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any
         except UnicodeDecodeError:
             raise StrictJsonError("invalid_json", "The body is not UTF-8.") from None
     try:
-        value = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+        value = json.loads(
+            raw,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_keys,
+        )
     except StrictJsonError:
         raise
     except RecursionError:

@@ -167,9 +167,10 @@ class BudgetEditForm(BudgetForm):
     period = None  # type: ignore[assignment]
 
 
-def _limit(label: str, help_text: str) -> forms.IntegerField:
+def _limit(label: str, help_text: str, *, maximum: int = 2**31 - 1) -> forms.IntegerField:
+    # The column's range (integer; tokens per minute is a bigint): above it was a 500.
     return forms.IntegerField(
-        required=False, min_value=1, max_value=10**12, label=label, help_text=help_text
+        required=False, min_value=1, max_value=maximum, label=label, help_text=help_text
     )
 
 
@@ -177,7 +178,9 @@ class RateLimitEditForm(forms.Form):
     """The limits of one scope; an empty field is unlimited (the API's null)."""
 
     requests_per_minute = _limit("Requests per minute", "Empty: unlimited.")
-    tokens_per_minute = _limit("Tokens per minute", "Prompt + output tokens. Empty: unlimited.")
+    tokens_per_minute = _limit(
+        "Tokens per minute", "Prompt + output tokens. Empty: unlimited.", maximum=10**12
+    )
     concurrent_requests = _limit("Concurrent requests", "In flight at once. Empty: unlimited.")
     weight = forms.IntegerField(
         required=False,

@@ -71,6 +71,9 @@ class Meter:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     output_tokens: int = 0
+    audio_prompt_tokens: int = 0  # the audio parts of the three counts above
+    audio_cached_tokens: int = 0
+    audio_output_tokens: int = 0
     ttft_ms: int | None = None
     latency_ms: int | None = None
     status: str = "ok"
@@ -92,6 +95,9 @@ def cost_micros(meter: Meter) -> int:
             prompt_tokens=meter.prompt_tokens,
             cached_read_tokens=meter.cached_tokens,
             output_tokens=meter.output_tokens,
+            audio_prompt_tokens=meter.audio_prompt_tokens,
+            audio_cached_read_tokens=meter.audio_cached_tokens,
+            audio_output_tokens=meter.audio_output_tokens,
         ),
     )
 
@@ -175,6 +181,9 @@ def encode_usage(meters: Sequence[Meter]) -> tuple[list[bytes], list[Meter]]:
                     prompt_tokens=meter.prompt_tokens,
                     cached_read_tokens=meter.cached_tokens,
                     output_tokens=meter.output_tokens,
+                    audio_prompt_tokens=meter.audio_prompt_tokens,
+                    audio_cached_read_tokens=meter.audio_cached_tokens,
+                    audio_output_tokens=meter.audio_output_tokens,
                     ttft_ms=meter.ttft_ms,
                     latency_ms=meter.latency_ms,
                     status=meter.status,

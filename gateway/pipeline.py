@@ -312,9 +312,13 @@ class _Books:
         counts = UsageCounts(
             prompt_tokens=usage.prompt_tokens,
             cached_read_tokens=min(usage.cached_tokens, usage.prompt_tokens),
-            output_tokens=usage.output_tokens,
+            # Audio output is its own count (priced at the audio output rate), on top.
+            output_tokens=usage.output_tokens - usage.audio_output_tokens,
+            audio_prompt_tokens=usage.audio_prompt_tokens,
+            audio_cached_read_tokens=usage.audio_cached_tokens,
+            audio_output_tokens=usage.audio_output_tokens,
         )
-        used = usage.prompt_tokens + usage.output_tokens
+        used = usage.prompt_tokens + usage.output_tokens  # audio output included
         cost = pricing.cost_micros(self.rates, counts)
         part = limits.close_part(
             self.admission,
@@ -344,6 +348,9 @@ class _Books:
             prompt_tokens=counts.prompt_tokens,
             cached_tokens=counts.cached_read_tokens,
             output_tokens=counts.output_tokens,
+            audio_prompt_tokens=counts.audio_prompt_tokens,
+            audio_cached_tokens=counts.audio_cached_read_tokens,
+            audio_output_tokens=counts.audio_output_tokens,
             ttft_ms=call.ttft_ms,
             latency_ms=int((time.perf_counter() - call.started) * 1000),
             status=status,

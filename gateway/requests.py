@@ -116,6 +116,14 @@ def validate_body(body: dict[str, Any], kind: str) -> None:
         raise _invalid("'stream' must be a boolean.", "stream")
     if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
         raise _invalid("'stream_options' must be an object.", "stream_options")
+    if body.get("stream_options") is not None and not body.get("stream"):
+        # OpenAI refuses it too: the options would silently do nothing.
+        raise GatewayError(
+            400,
+            "stream_options_without_stream",
+            "'stream_options' is only allowed when 'stream' is true.",
+            param="stream_options",
+        )
     for name in ("temperature", "top_p"):
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):

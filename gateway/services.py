@@ -19,6 +19,8 @@ from tenants.actor import Actor
 from tenants.models import ApiKey, Tenant
 
 LIMIT_FIELDS = ("requests_per_minute", "tokens_per_minute", "concurrent_requests", "weight")
+#: requests_per_minute and concurrent_requests are ``integer`` columns: above it was a 500.
+INT4_MAX = 2**31 - 1
 MAX_LIMIT = 10**12
 MAX_WEIGHT = 1000
 
@@ -53,7 +55,9 @@ def _clean(values: dict[str, Any], *, is_key: bool) -> dict[str, Any]:
             if not 1 <= value <= MAX_WEIGHT:
                 raise InvalidRateLimit("weight must be an integer from 1 to 1000.")
         elif value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_LIMIT
+            not isinstance(value, int)
+            or isinstance(value, bool)
+            or not 1 <= value <= (MAX_LIMIT if name == "tokens_per_minute" else INT4_MAX)
         ):
             raise InvalidRateLimit(f"{name} must be a positive integer or null (unlimited).")
         cleaned[name] = value

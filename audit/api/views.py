@@ -17,7 +17,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
@@ -29,6 +28,7 @@ from audit.api import serializers as s
 from audit.errors import UnknownTenant
 from audit.models import AuditEvent, AuditExport
 from audit.services.exports import ExportRequest, audit_export_create, audit_export_download
+from controlplane.api.pagination import DefaultCursorPagination
 from controlplane.api.tenancy import ActionPermissionMixin, PlatformMixin, TenantScopedMixin
 from controlplane.api.validation import validated
 from tenants.models import Tenant
@@ -51,14 +51,14 @@ DOWNLOAD_RESPONSES = {
 }
 
 
-class _BySeq(CursorPagination):
+class _BySeq(DefaultCursorPagination):
     page_size = 100
     max_page_size = 500
     page_size_query_param = "page_size"
     ordering = "-seq"
 
 
-class _ByCreated(CursorPagination):
+class _ByCreated(DefaultCursorPagination):
     page_size = 50
     max_page_size = 500
     page_size_query_param = "page_size"

@@ -70,7 +70,7 @@ def _record(alert_id: UUID | str, **fields: object) -> None:
 def webhook_address_allowed(address: IPAddress) -> bool:
     """Whether a webhook may connect to ``address``.
 
-    Unless ``CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE`` (the development default), only
+    Unless ``CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE`` (off by default, development too), only
     public addresses: a tenant must not make the control plane call its own network
     (server-side request forgery). ``controlplane.outbound`` resolves the host once and
     connects to the address checked here (no second resolution, no rebinding window);

@@ -1,12 +1,12 @@
 """The economic TTL policy applied to a cache object (called by the caches app).
 
-The app's economic policy is the autopilot (``cache_autopilot_decision``: the scheduler's
-reviews, ``cache_autopilot_on_hits``: the hit flush), the same
-``billing.ttl_policy.autopilot_decide`` that ``bench/ttl_policy.py`` measures.
-``cache_should_extend`` (the older rate rule) stays for callers of that interface.
-The cache is read duck-typed (``tenant``, ``provider``, ``model``, ``token_count``,
-``query_rate_ewma`` in queries per hour, ``last_hit_at``, ``expire_at``, ``ttl_seconds``
-and optionally ``pool``) so billing does not import the caches app.
+The app's one economic policy is the autopilot, ``billing.ttl_policy.autopilot_decide``
+(the function ``bench/ttl_policy.py`` measures), asked at three points: creation
+(``cache_autopilot_creation_ttl``: the TTL the cache is created with), the hit flush
+(``cache_autopilot_on_hits``) and the scheduler's reviews (``cache_autopilot_decision``).
+The cache is read duck-typed (``tenant_id``, ``provider``, ``model``, ``token_count``,
+``content_digest``, ``expire_at`` and optionally ``pool``) so billing does not import the
+caches app.
 """
 
 from __future__ import annotations
@@ -65,43 +65,6 @@ def cache_economics_for(*, cache: Any, at: datetime) -> ttl_policy.CacheEconomic
     return ttl_policy.CacheEconomics(
         int(tokens), rates.input, rates.cached_input, rates.storage_per_hour
     )
-
-
-def cache_ttl_decision(*, cache: Any, now: datetime) -> ttl_policy.TtlDecision | None:
-    """The policy's decision for one cache now, or None when it cannot be priced."""
-    economics = cache_economics_for(cache=cache, at=now)
-    if economics is None:
-        return None
-    last_hit = getattr(cache, "last_hit_at", None)
-    rate = ttl_policy.ewma_decay(
-        rate_per_hour=float(getattr(cache, "query_rate_ewma", 0.0) or 0.0),
-        last_at=last_hit,
-        now=now,
-    )
-    expire_at = getattr(cache, "expire_at", None)
-    remaining = int((expire_at - now).total_seconds()) if expire_at else 0
-    return ttl_policy.ttl_decision(
-        rate_per_hour=rate,
-        economics=economics,
-        remaining_ttl_seconds=max(remaining, 0),
-        window_seconds=int(getattr(cache, "ttl_seconds", 0) or 300),
-        budget_used_fraction=tenant_budget_used_fraction(tenant_id=cache.tenant_id, at=now),
-        idle_seconds=(now - last_hit).total_seconds() if last_hit else None,
-    )
-
-
-def cache_should_extend(*, cache: Any, now: datetime) -> bool:
-    """True when keeping the cache for another TTL is expected to save money.
-
-    Unpriced caches (no token count, or no price for the model/pool) keep the caches
-    app's previous rule: extend while used within the last TTL at a positive rate.
-    """
-    decision = cache_ttl_decision(cache=cache, now=now)
-    if decision is None:
-        last_hit = getattr(cache, "last_hit_at", None)
-        recent = last_hit is not None and (now - last_hit).total_seconds() < cache.ttl_seconds
-        return recent and (getattr(cache, "query_rate_ewma", 0.0) or 0.0) > 0
-    return decision.action == ttl_policy.EXTEND
 
 
 # --- The autopilot in the app -----------------------------------------------------------
@@ -175,6 +138,30 @@ def cache_autopilot_decision(
         expire_at=None if creating or cache.expire_at is None else _epoch(cache.expire_at),
         budget_used_fraction=tenant_budget_used_fraction(tenant_id=cache.tenant_id, at=now),
     )
+
+
+def cache_autopilot_creation_ttl(
+    *, cache: Any, now: datetime, token_estimate: int
+) -> ttl_policy.AutopilotDecision | None:
+    """The autopilot's answer for a cache about to be created (None when unpriced).
+
+    The decision's ``ttl_from(now)`` is the TTL to create it with: the keep-alive learned
+    for the content (a content seen before keeps its history), at least the minimum TTL,
+    never the TTL the cache was requested with. ``token_estimate`` prices it before the
+    provider has counted it. ``action`` ``refuse``: near a budget, no new pins.
+    """
+    from types import SimpleNamespace
+
+    priced = SimpleNamespace(
+        tenant_id=cache.tenant_id,
+        provider=cache.provider,
+        model=cache.model,
+        token_count=int(cache.token_count or token_estimate),
+        content_digest=cache.content_digest,
+        pool=getattr(cache, "pool", "") or "",
+        expire_at=None,
+    )
+    return cache_autopilot_decision(cache=priced, now=now, creating=True)
 
 
 def cache_autopilot_on_hits(*, cache: Any, now: datetime, hits: int) -> bool:

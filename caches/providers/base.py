@@ -61,7 +61,9 @@ class RemoteListing:
 
 
 class CacheProviderClient(Protocol):
-    def create(self, cache: CacheObject) -> RemoteState: ...
+    def create(self, cache: CacheObject, *, retry: bool = False) -> RemoteState:
+        """Make the cache; ``retry``: an earlier attempt may already have made it."""
+        ...
 
     def refresh(self, cache: CacheObject, *, ttl_seconds: int) -> RemoteState: ...
 

@@ -1,8 +1,10 @@
 """Vertex AI context caches through google-genai (``client.caches.*``).
 
-One client per (project, location, credentials). Each remote cache carries our display
-name ``<prefix><cache id>``: creation first looks for it, so an operation retried after a
-crash adopts the cache it already made instead of paying for a second one.
+One client per (project, location, credentials) and timeout. Each remote cache carries our
+display name ``<prefix><cache id>``: a retried creation first looks for it, so an operation
+retried after a crash or a lost reply adopts the cache it already made instead of paying for
+a second one (a first attempt creates at once: listing the whole scope on every create is
+a round trip, and a page walk, that only a retry needs).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
@@ -46,21 +48,70 @@ class VertexScope:
 
 
 _T = TypeVar("_T")
-_clients: dict[VertexScope, genai.Client] = {}
+_clients: dict[tuple[VertexScope, float], genai.Client] = {}
 _clients_lock = threading.Lock()
 
 
-def vertex_client(scope: VertexScope) -> genai.Client:
-    """A cached genai client for ``scope`` (credentials from file, static token, or ADC)."""
+def vertex_client(scope: VertexScope, *, timeout_seconds: float | None = None) -> genai.Client:
+    """A cached genai client for ``scope`` (credentials from file, static token, or ADC).
+
+    ``timeout_seconds`` is the per-request timeout: cache operations use the provider
+    timeout (the default), the gateway its own upstream timeout, so each gets a client.
+    """
+    timeout = timeout_seconds or settings.CACHEPLANE_PROVIDER_TIMEOUT_SECONDS
     with _clients_lock:
-        client = _clients.get(scope)
+        client = _clients.get((scope, timeout))
         if client is None:
-            client = _build_client(scope)
-            _clients[scope] = client
+            client = _build_client(scope, timeout)
+            _clients[(scope, timeout)] = client
         return client
 
 
-def _build_client(scope: VertexScope) -> genai.Client:
+@cache
+def transport_error_types() -> tuple[type[BaseException], ...]:
+    """What google-genai lets through when a request got no answer at all.
+
+    The SDK raises its transport's own exceptions, not an ``APIError``: the sync client
+    defaults to httpx2 (a fork whose classes are not httpx's), the async one to aiohttp
+    (``ServerDisconnectedError`` is no ``OSError``), and a token refresh raises google-auth's
+    ``TransportError``. Every one of them is transient for us.
+    """
+    import aiohttp
+    import google.auth.exceptions
+    import httpx
+
+    found: list[type[BaseException]] = [
+        httpx.TransportError,
+        aiohttp.ClientConnectionError,
+        aiohttp.ClientPayloadError,
+        google.auth.exceptions.TransportError,
+        OSError,  # TimeoutError, asyncio.TimeoutError and requests' errors among them
+    ]
+    try:
+        import httpx2  # type: ignore[import-not-found,unused-ignore]
+
+        found.append(httpx2.TransportError)
+    except ImportError:  # an SDK built without httpx2 uses httpx
+        pass
+    return tuple(found)
+
+
+@cache
+def timeout_error_types() -> tuple[type[BaseException], ...]:
+    """The transport errors that mean "no answer in time" (a 504, not a 502)."""
+    import httpx
+
+    found: list[type[BaseException]] = [httpx.TimeoutException, TimeoutError]
+    try:
+        import httpx2  # type: ignore[import-not-found,unused-ignore]
+
+        found.append(httpx2.TimeoutException)
+    except ImportError:
+        pass
+    return tuple(found)
+
+
+def _build_client(scope: VertexScope, timeout_seconds: float) -> genai.Client:
     from google import genai
     from google.genai import types
 
@@ -84,7 +135,7 @@ def _build_client(scope: VertexScope) -> genai.Client:
     retry = types.HttpRetryOptions(attempts=1)
     http_options = types.HttpOptions(
         api_version=settings.CACHEPLANE_VERTEX_API_VERSION,
-        timeout=int(settings.CACHEPLANE_PROVIDER_TIMEOUT_SECONDS * 1000),
+        timeout=int(timeout_seconds * 1000),
         retry_options=retry,
         base_url=settings.CACHEPLANE_VERTEX_BASE_URL or None,
     )
@@ -117,7 +168,6 @@ def display_name(cache: CacheObject) -> str:
 
 def _translate(exc: Exception) -> Exception:
     """Map google-genai and transport errors onto our taxonomy."""
-    import httpx
     from google.genai import errors
 
     if isinstance(exc, errors.APIError):
@@ -137,8 +187,8 @@ def _translate(exc: Exception) -> Exception:
         return PermanentProviderError(
             f"Vertex AI {exc.code} {exc.status}: {message}", code="provider_rejected"
         )
-    if isinstance(exc, (httpx.TransportError, OSError)):
-        return TransientProviderError(f"Vertex AI unreachable: {exc}")
+    if isinstance(exc, transport_error_types()):
+        return TransientProviderError(f"Vertex AI unreachable: {type(exc).__name__}: {exc}")
     return exc
 
 
@@ -207,9 +257,10 @@ class VertexProvider:
                 return _remote_state(remote)
         return None
 
-    def create(self, cache: CacheObject) -> RemoteState:
-        existing = self.find(cache)
-        if existing is not None:
+    def create(self, cache: CacheObject, *, retry: bool = False) -> RemoteState:
+        """Create the remote cache; a ``retry`` (an earlier attempt may have made it)
+        adopts the one carrying our display name instead."""
+        if retry and (existing := self.find(cache)) is not None:
             return existing
         config = _content_config(CacheContent.from_dict(cache.content))
         config["display_name"] = display_name(cache)

@@ -104,7 +104,8 @@ class VllmProvider:
             raise TransientProviderError(f"no healthy worker serves {cache.model!r}")
         return placement_for(placement_key(cache), workers, cache.replication_factor)
 
-    def create(self, cache: CacheObject) -> RemoteState:
+    def create(self, cache: CacheObject, *, retry: bool = False) -> RemoteState:
+        # Warming is a request: a retry simply warms again.
         chosen = self._workers(cache)
         tokens = None
         for worker in chosen:

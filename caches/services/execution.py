@@ -19,8 +19,10 @@ from django.utils import timezone
 
 from audit.services import audit_record
 from audit.snapshot import diff, values_snapshot
+from billing.ttl_policy import REFUSE
 from caches.cron import next_cron_time
 from caches.models import (
+    TERMINAL_STATES,
     CacheObject,
     CacheOperation,
     CacheState,
@@ -36,6 +38,8 @@ from caches.providers.base import (
     TransientProviderError,
 )
 from caches.providers.registry import provider_for
+from caches.providers.vertex import VertexProvider
+from caches.services.creation import creation_book, economic_creation_decision
 from caches.services.locks import operation_lock
 from caches.services.transitions import cache_transition
 from tenants.actor import Actor
@@ -66,6 +70,16 @@ def _claim(operation_id: str) -> CacheOperation | None:
             _fail(op, "attempts_exhausted", f"gave up after {op.attempts} attempts: {op.error}")
             return None
         if op.kind == OperationKind.CREATE:
+            if cache.ttl_policy == TtlPolicy.ECONOMIC:
+                decision = economic_creation_decision(cache=cache, now=now)
+                if decision is not None and decision.action == REFUSE:
+                    _fail(op, "budget_near_limit", f"autopilot: {decision.reason}")
+                    return None
+                if decision is not None:
+                    # Created with the autopilot's TTL, not the one requested (a learned
+                    # keep-alive of 0 means the minimum TTL, not the full request).
+                    op.params = {**op.params, "ttl_seconds": decision.ttl_from(now.timestamp())}
+                    op.save(update_fields=["params"])
             if cache.state == CacheState.PENDING:
                 cache_transition(
                     cache=cache,
@@ -162,9 +176,11 @@ def operation_execute(*, operation_id: str) -> str | None:
     if op is None:
         return None
     provider = provider_for(op.cache)
+    if op.kind == OperationKind.CREATE and op.params.get("ttl_seconds"):
+        op.cache.ttl_seconds = int(op.params["ttl_seconds"])  # the autopilot's, as created
     try:
         if op.kind == OperationKind.CREATE:
-            remote = provider.create(op.cache)
+            remote = provider.create(op.cache, retry=op.attempts > 1)
         elif op.kind == OperationKind.REFRESH:
             ttl = int(op.params.get("ttl_seconds") or op.cache.ttl_seconds)
             remote = provider.refresh(op.cache, ttl_seconds=ttl)
@@ -193,10 +209,21 @@ def operation_execute(*, operation_id: str) -> str | None:
             return None
         if pair[1].status != OperationStatus.RUNNING:
             return pair[1].status  # reconciliation settled it meanwhile
+        orphaned = False
         if pair[1].kind != OperationKind.EVICT and pair[0].state in SUPERSEDING_STATES:
-            _superseded(pair[1], remote)
+            orphaned = _superseded(pair[1], remote)
         else:
             operation_apply_success(pair[1], remote)
+    if orphaned and isinstance(provider, VertexProvider):
+        from caches.services.orphans import orphan_delete
+
+        orphan_delete(
+            provider=provider,
+            remote_name=remote.remote_name,
+            cache=pair[0],
+            actor=SYSTEM,
+            reason="created after its cache ended (a superseded create)",
+        )
     return OperationStatus.SUCCEEDED
 
 
@@ -211,24 +238,40 @@ SUPERSEDING_STATES = (
 )
 
 
-def _superseded(op: CacheOperation, remote: RemoteState) -> None:
-    """Close a create or refresh whose cache moved on while the provider call ran.
+def _superseded(op: CacheOperation, remote: RemoteState) -> bool:
+    """Close a create or refresh whose cache moved on while the provider call ran; True
+    when a remote cache now exists that nothing will delete (the cache has ended).
 
     The cache keeps the state it moved to (moving an evicting cache back to active was
-    the bug that left such operations running until their lease ran out). A create's
-    remote name is still recorded, so the pending eviction deletes what was created;
-    if the eviction already ran, reconciliation deletes the remote as an orphan (it
-    carries our display name).
+    the bug that left such operations running until their lease ran out). A create made
+    a remote cache, which is paid for: its creation is booked, its remote name, token
+    count and ``activated_at`` recorded (storage accrues from there until it is deleted),
+    and the pending eviction deletes it; if the cache has already ended, the caller
+    deletes it at once (``caches.services.orphans``), and reconciliation backs that up.
     """
     cache = op.cache
     if op.kind == OperationKind.CREATE and remote.remote_name and not cache.remote_name:
+        now = timezone.now()
         cache.remote_name = remote.remote_name
-        cache.save(update_fields=["remote_name", "updated_at"])
+        fields = ["remote_name", "updated_at"]
+        if cache.activated_at is None:
+            cache.activated_at = now
+            if remote.token_count is not None:
+                cache.token_count = remote.token_count
+            fields += ["activated_at", "token_count"]
+            creation_book(op, cache, now, observe=False)
+        cache.save(update_fields=fields)
     operation_finish(
         op,
         OperationStatus.SUCCEEDED,
         "superseded",
         f"the {op.kind} succeeded at the provider, but the cache is {cache.state} now",
+    )
+    return (
+        op.kind == OperationKind.CREATE
+        and bool(remote.remote_name)
+        and cache.remote_name == remote.remote_name
+        and cache.state in TERMINAL_STATES
     )
 
 
@@ -270,7 +313,7 @@ def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
         if op.kind == OperationKind.CREATE:
             cache.activated_at = now
             fields.append("activated_at")
-            _creation_book(op, cache, now)
+            creation_book(op, cache, now)
         reason = f"{op.kind} succeeded"
         if remote.cached_tokens is not None:
             reason += f" (resident: {remote.cached_tokens} cached tokens)"
@@ -288,31 +331,6 @@ def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
     else:
         cache_transition(cache=cache, to_state=CacheState.EVICTED, actor=SYSTEM, reason="evicted")
     operation_finish(op, OperationStatus.SUCCEEDED)
-
-
-def _creation_book(op: CacheOperation, cache: CacheObject, now: datetime) -> None:
-    """Book the write of the cached tokens (billing; one ledger row per operation) and,
-    for economic caches, count the creation as a use of the content (the autopilot)."""
-    from billing.services.usage import cache_creation_record
-
-    if cache.ttl_policy == TtlPolicy.ECONOMIC:
-        from billing.services.cache_economics import ttl_profile_observe
-
-        ttl_profile_observe(cache=cache, at=now)
-
-    transaction.on_commit(
-        lambda: cache_creation_record(
-            tenant=cache.tenant,
-            cache_id=str(cache.pk),
-            operation_id=str(op.pk),
-            provider=cache.provider,
-            model=cache.model,
-            tokens=int(cache.token_count or 0),
-            ttl_seconds=int(cache.ttl_seconds),
-            occurred_at=now,
-            principal_id=str(op.requested_by_id) if op.requested_by_id else None,
-        )
-    )
 
 
 def _pin_record(

@@ -3,8 +3,11 @@
 Per Vertex scope (project, location):
 - a recorded live cache whose remote is gone becomes ``expired``;
 - a remote cache with our display-name prefix that no live record claims is an orphan:
-  adopted when a record is still creating it (its worker died after the remote call),
-  otherwise reported, or deleted when ``CACHEPLANE_RECONCILE_ORPHANS=delete``;
+  adopted when a record is still creating it (its worker died after the remote call);
+  deleted, with an audit row and its storage booked up to the deletion, when its record
+  has ended (a create superseded by an eviction; ``CACHEPLANE_RECONCILE_ORPHANS=ended``,
+  the default); reported when no record names it (``delete`` deletes those too,
+  ``report`` deletes nothing);
 - drift (each kind of disagreement) is counted in a ``ReconcileRun`` row and logged.
 Operations whose lease lapsed (their worker died) are re-enqueued.
 """
@@ -21,6 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from caches.models import (
+    TERMINAL_STATES,
     CacheObject,
     CacheOperation,
     CacheState,
@@ -33,6 +37,7 @@ from caches.providers.vertex import VertexProvider, VertexScope
 from caches.services.execution import operation_apply_success, operation_finish
 from caches.services.lifecycle import operation_enqueue
 from caches.services.locks import cache_lock
+from caches.services.orphans import orphan_delete, orphan_of_ended_cache
 from caches.services.transitions import cache_transition
 from tenants.actor import Actor
 
@@ -74,27 +79,26 @@ def _cache_id_from(display_name: str) -> uuid.UUID | None:
 
 
 def reconcile_vertex_scope(*, project: str, location: str) -> ReconcileRun:
-    """Reconcile one Vertex scope; returns the run with its drift counts."""
+    """Reconcile one Vertex scope; returns the run with its drift counts.
+
+    The records are read *before* the remote caches are listed: a record seen live then
+    had its remote before the listing started, so missing from the listing means gone.
+    (Listing first took a create finishing in between for a cache whose remote vanished:
+    it was marked expired and its remote left an orphan.) A remote with no record in that
+    read is looked up again before it is called an orphan.
+    """
     provider = VertexProvider(VertexScope(project, location, _scope_credentials(project)))
     run = ReconcileRun.objects.create(scope=f"vertex:{project}/{location}")
-    remote = {listing.display_name: listing for listing in provider.list_ours()}
     # all_tenants: reconciliation compares every tenant's rows with the provider
-    records = (
+    records = list(
         CacheObject.objects.all_tenants()
         .filter(provider=Provider.VERTEX, vertex_project=project, vertex_location=location)
-        .filter(
-            Q(
-                state__in=[
-                    CacheState.ACTIVE,
-                    CacheState.REFRESHING,
-                    CacheState.CREATING,
-                    CacheState.PENDING,
-                ]
-            )
-        )
+        .filter(state__in=_LIVE)
+        .only("pk", "state", "tenant_id")
     )
+    remote = {listing.display_name: listing for listing in provider.list_ours()}
     claimed: set[str] = set()
-    for cache in records.iterator():
+    for cache in records:
         run.checked += 1
         name = f"{settings.CACHEPLANE_VERTEX_DISPLAY_PREFIX}{cache.pk}"
         listing = remote.get(name)
@@ -106,18 +110,8 @@ def reconcile_vertex_scope(*, project: str, location: str) -> ReconcileRun:
         if cache.state in (CacheState.ACTIVE, CacheState.REFRESHING):
             run.expired += _expire(cache, "remote cache is gone")
     for name, listing in remote.items():
-        if name in claimed:
-            continue
-        cache_id = _cache_id_from(name)
-        # all_tenants: reconciliation compares every tenant's rows with the provider
-        record = CacheObject.objects.all_tenants().filter(pk=cache_id).first() if cache_id else None
-        if record is not None and record.state in (CacheState.CREATING, CacheState.PENDING):
-            run.adopted += _adopt(record, provider)
-            continue
-        run.errors.append({"orphan": listing.remote_name, "display_name": name})
-        if settings.CACHEPLANE_RECONCILE_ORPHANS == "delete":
-            provider.delete_remote(listing.remote_name)
-            run.deleted_orphans += 1
+        if name not in claimed:
+            _orphan(run, provider, name, listing.remote_name)
     run.finished_at = timezone.now()
     run.save()
     if run.expired or run.adopted or run.errors:
@@ -131,6 +125,40 @@ def reconcile_vertex_scope(*, project: str, location: str) -> ReconcileRun:
             },
         )
     return run
+
+
+_LIVE = (CacheState.ACTIVE, CacheState.REFRESHING, CacheState.CREATING, CacheState.PENDING)
+
+
+def _orphan(run: ReconcileRun, provider: VertexProvider, name: str, remote_name: str) -> None:
+    """A listed remote that no record read before the listing claimed.
+
+    Its record (looked up now) may be creating it (adopted), may have become live since
+    (left alone: the next run checks it), or may have ended (a superseded create: deleted
+    by default, with an audit row). A remote with our prefix and no record at all is
+    reported, and deleted only under ``CACHEPLANE_RECONCILE_ORPHANS=delete``.
+    """
+    cache_id = _cache_id_from(name)
+    # all_tenants: reconciliation compares every tenant's rows with the provider
+    record = CacheObject.objects.all_tenants().filter(pk=cache_id).first() if cache_id else None
+    if record is not None and record.state in (CacheState.CREATING, CacheState.PENDING):
+        run.adopted += _adopt(record, provider)
+        return
+    if record is not None and record.state not in TERMINAL_STATES:
+        if record.remote_name in ("", remote_name):
+            return  # became live after the records were read
+    policy = settings.CACHEPLANE_RECONCILE_ORPHANS
+    run.errors.append({"orphan": remote_name, "display_name": name})
+    ended = orphan_of_ended_cache(record, remote_name)
+    if policy == "delete" or (policy == "ended" and ended):
+        deleted = orphan_delete(
+            provider=provider,
+            remote_name=remote_name,
+            cache=record,
+            actor=RECONCILER,
+            reason="reconciliation: no live record claims it",
+        )
+        run.deleted_orphans += int(deleted)
 
 
 def _expire(cache: CacheObject, reason: str) -> int:

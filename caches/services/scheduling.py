@@ -54,17 +54,12 @@ def cache_expire_due(*, now: datetime | None = None, limit: int | None = None) -
 
 
 def _wants_extension(cache: CacheObject, now: datetime) -> bool:
-    """Sliding: used within the last TTL. Economic: the policy says it pays for itself."""
-    from caches.models import TtlPolicy
-
-    if cache.ttl_policy == TtlPolicy.SLIDING:
+    """Sliding (and economic caches the autopilot cannot price: without prices there is no
+    economic answer, so they slide): used within the last TTL."""
+    if cache.ttl_policy in (TtlPolicy.SLIDING, TtlPolicy.ECONOMIC):
         return cache.last_hit_at is not None and (
             (now - cache.last_hit_at).total_seconds() < cache.ttl_seconds
         )
-    if cache.ttl_policy == TtlPolicy.ECONOMIC:
-        from billing.services.cache_economics import cache_should_extend
-
-        return cache_should_extend(cache=cache, now=now)
     return cache.provider == "vllm"  # fixed vLLM caches stay pinned until expiry
 
 
@@ -114,7 +109,7 @@ def cache_enqueue_due_refreshes(*, now: datetime | None = None, limit: int | Non
 
 def _autopilot_review(cache: CacheObject, now: datetime) -> bool:
     """Apply the autopilot's decision to a due economic cache; False when it is unpriced
-    (the older rule then decides)."""
+    (it then slides, see ``_wants_extension``)."""
     from billing import ttl_policy
     from billing.services.cache_economics import cache_autopilot_decision
 

@@ -30,8 +30,9 @@ def platform_summary(*, page: int = 1, per_page: int = 50) -> dict[str, Any]:
 
     now = timezone.now()
     start, _ = month_bounds(now)
-    page = max(1, page)
     total = Tenant.objects.count()
+    # Past the last page is the last page (an OFFSET beyond bigint was a 500).
+    page = min(max(1, page), max(1, -(-total // per_page)))
     tenants = list(Tenant.objects.order_by("slug")[(page - 1) * per_page : page * per_page])
     ids = [t.pk for t in tenants]
     spend = dict(

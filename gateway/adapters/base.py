@@ -34,6 +34,9 @@ class Usage:
     cached_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
+    audio_prompt_tokens: int = 0  # of prompt_tokens (cached or not)
+    audio_cached_tokens: int = 0  # of cached_tokens
+    audio_output_tokens: int = 0  # of output_tokens
     reported: bool = False  # the provider's own figures (not a count of what was streamed)
 
 

@@ -5,9 +5,10 @@ Honoured: ``max_tokens``/``max_completion_tokens`` → ``max_output_tokens``, ``
 ``presence_penalty``, ``frequency_penalty``, ``response_format`` (``json_object`` →
 JSON mime type, ``json_schema`` → ``response_json_schema``), ``tools`` (function
 declarations), ``tool_choice`` (auto / none / required / one function), tool calls and
-tool results in the conversation, ``stream_options.include_usage``; ``user`` is accepted
-and has no effect (it tags requests at OpenAI; Gemini has no equivalent). Everything else
-is a 400 ``unsupported_parameter`` naming it.
+tool results in the conversation, ``stream_options.include_usage``; ``user`` and
+``logprobs: false`` are accepted and have no effect (``user`` tags requests at OpenAI; Gemini
+has no equivalent). Everything else is a 400 ``unsupported_parameter`` naming it. A prompt
+Vertex blocks (``promptFeedback.blockReason``) finishes with ``content_filter``.
 
 A request naming a Vertex cache becomes ``generate_content(cached_content=...)``; Vertex
 refuses a system instruction or tools beside a cache, so that is a clear 400 here.
@@ -78,6 +79,8 @@ class VertexAdapter:
         from google.genai import types
 
         body = call.body
+        if body.get("logprobs") is False:  # asks for nothing: accepted as OpenAI accepts it
+            body = {name: value for name, value in body.items() if name != "logprobs"}
         check_parameters(
             body,
             allowed=CHAT_PARAMETERS if call.kind == "chat" else COMPLETION_PARAMETERS,
@@ -206,6 +209,7 @@ class VertexAdapter:
         obj = "chat.completion.chunk" if call.kind == "chat" else "text_completion"
         streamed_chars = 0
         finish = "stop"
+        role_sent = False  # OpenAI's first chat delta carries the role
         base = {"id": rid, "object": obj, "created": created, "model": call.model}
         # What a cut stream has used so far, should nothing better arrive: the prompt as
         # estimated (the provider processed it) and the characters streamed.
@@ -224,6 +228,9 @@ class VertexAdapter:
                     call.ttft_ms = int((time.perf_counter() - call.started) * 1000)
                 if call.kind == "chat":
                     delta: dict[str, Any] = {"content": text} if text or not tool_calls else {}
+                    if not role_sent:
+                        delta = {"role": "assistant", **delta}
+                        role_sent = True
                     if tool_calls:
                         delta["tool_calls"] = [
                             {"index": i, **tc} for i, tc in enumerate(tool_calls)
@@ -251,7 +258,8 @@ class VertexAdapter:
 
 
 async def _client_for(call: Call) -> genai.Client:
-    """The genai client of the cache's scope (or the tenant's), from cached scopes."""
+    """The genai client of the cache's scope (or the tenant's), from cached scopes, with
+    the gateway's upstream timeout (not the cache operations' provider timeout)."""
     from caches.providers.vertex import vertex_client
     from gateway.directory import directory
 
@@ -260,7 +268,9 @@ async def _client_for(call: Call) -> genai.Client:
         scope = cache.vertex_scope
     else:
         scope = await directory.tenant_vertex_scope(call.identity.tenant_id)
-    return vertex_client(scope)
+    return vertex_client(
+        scope, timeout_seconds=settings.CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS
+    )
 
 
 def _load_cache_tokens(cache_id: str) -> int:

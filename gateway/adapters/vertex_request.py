@@ -210,7 +210,8 @@ def response_format_config(body: dict[str, Any]) -> dict[str, Any]:
     if kind == "json_object":
         return {"response_mime_type": "application/json"}
     if kind == "json_schema":
-        schema = (fmt.get("json_schema") or {}).get("schema")
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
         if not isinstance(schema, dict):
             raise GatewayError(
                 400,

@@ -31,10 +31,16 @@ def sse_event(payload: dict[str, Any]) -> bytes:
 
 
 def candidate_parts(chunk: Any, index: int = 0) -> tuple[str, list[dict[str, Any]], str | None]:
-    """One candidate's text, tool calls and OpenAI finish reason; thought parts are skipped."""
+    """One candidate's text, tool calls and OpenAI finish reason; thought parts are skipped.
+
+    A prompt Vertex blocked has no candidates and a ``promptFeedback.blockReason``: that is
+    OpenAI's ``content_filter``.
+    """
     candidates = getattr(chunk, "candidates", None) or []
     if len(candidates) <= index:
-        return "", [], None
+        feedback = getattr(chunk, "prompt_feedback", None)
+        blocked = feedback is not None and getattr(feedback, "block_reason", None) is not None
+        return "", [], "content_filter" if blocked else None
     candidate = candidates[index]
     texts, calls = [], []
     content = getattr(candidate, "content", None)
@@ -90,8 +96,22 @@ def completion_body(call: Call, result: Any, rid: str, created: int) -> dict[str
     }
 
 
+def _audio_tokens(details: Any) -> int:
+    """The AUDIO entries of a ``…TokensDetails`` list (``ModalityTokenCount`` objects)."""
+    total = 0
+    for entry in details or []:
+        modality = getattr(entry, "modality", None)
+        name = getattr(modality, "name", str(modality)).rsplit(".", 1)[-1]
+        if name == "AUDIO":
+            total += int(getattr(entry, "token_count", 0) or 0)
+    return total
+
+
 def usage_from_metadata(usage: Usage, meta: Any) -> None:
-    """Copy Vertex's usage metadata into ``usage``: tool-use prompt and thoughts included."""
+    """Copy Vertex's usage metadata into ``usage``: tool-use prompt and thoughts included,
+    and the audio part of the prompt, of the cached tokens and of the output by modality
+    (``promptTokensDetails`` / ``cacheTokensDetails`` / ``candidatesTokensDetails``), which
+    the price book prices at the model's audio rates."""
     if meta is None:
         return
     prompt = int(getattr(meta, "prompt_token_count", 0) or 0)
@@ -101,6 +121,18 @@ def usage_from_metadata(usage: Usage, meta: Any) -> None:
     usage.cached_tokens = min(prompt, int(getattr(meta, "cached_content_token_count", 0) or 0))
     usage.output_tokens = int(getattr(meta, "candidates_token_count", 0) or 0) + thoughts
     usage.reasoning_tokens = thoughts
+    # Clamped so the split stays consistent (audio within the prompt, cached audio within
+    # the cached reads, uncached audio within the uncached prompt) whatever is reported.
+    cached_audio = _audio_tokens(getattr(meta, "cache_tokens_details", None))
+    usage.audio_cached_tokens = min(usage.cached_tokens, cached_audio)
+    usage.audio_prompt_tokens = min(
+        _audio_tokens(getattr(meta, "prompt_tokens_details", None)),
+        usage.audio_cached_tokens + prompt - usage.cached_tokens,
+    )
+    usage.audio_cached_tokens = min(usage.audio_cached_tokens, usage.audio_prompt_tokens)
+    usage.audio_output_tokens = min(
+        usage.output_tokens, _audio_tokens(getattr(meta, "candidates_tokens_details", None))
+    )
     usage.reported = True
 
 
@@ -120,11 +152,26 @@ def openai_usage(usage: Usage) -> dict[str, Any]:
 
 
 def upstream_error(exc: Exception) -> GatewayError:
-    """A Vertex failure in the gateway's shape: its status kept, Retry-After passed on."""
+    """A Vertex failure in the gateway's shape: its status kept, Retry-After passed on.
+
+    No answer in time is 504 ``upstream_timeout`` (aiohttp's timeout has no text at all);
+    any other transport failure a 502 naming its kind.
+    """
+    from django.conf import settings
     from google.genai import errors
 
+    from caches.providers.vertex import timeout_error_types
+
+    if isinstance(exc, timeout_error_types()):
+        seconds = settings.CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS
+        return GatewayError(
+            504, "upstream_timeout", f"Vertex AI did not answer within {seconds:g} s."
+        )
     if not isinstance(exc, errors.APIError):
-        return GatewayError(502, "upstream_error", f"Vertex AI unreachable: {exc}")
+        detail = str(exc) or "no detail"
+        return GatewayError(
+            502, "upstream_error", f"Vertex AI unreachable: {type(exc).__name__}: {detail}"
+        )
     headers = {}
     response = getattr(exc, "response", None)
     retry_after = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from gateway.models import RateLimit
+from gateway.services import INT4_MAX, MAX_LIMIT
 
 _LIMIT_HELP = "Null: unlimited."
 
@@ -29,13 +30,13 @@ class RateLimitOut(serializers.ModelSerializer[RateLimit]):
 
 class RateLimitUpdateInput(serializers.Serializer[None]):
     requests_per_minute = serializers.IntegerField(
-        required=False, allow_null=True, min_value=1, help_text=_LIMIT_HELP
+        required=False, allow_null=True, min_value=1, max_value=INT4_MAX, help_text=_LIMIT_HELP
     )
     tokens_per_minute = serializers.IntegerField(
-        required=False, allow_null=True, min_value=1, help_text=_LIMIT_HELP
+        required=False, allow_null=True, min_value=1, max_value=MAX_LIMIT, help_text=_LIMIT_HELP
     )
     concurrent_requests = serializers.IntegerField(
-        required=False, allow_null=True, min_value=1, help_text=_LIMIT_HELP
+        required=False, allow_null=True, min_value=1, max_value=INT4_MAX, help_text=_LIMIT_HELP
     )
     weight = serializers.IntegerField(
         required=False,

@@ -8,10 +8,10 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.api.pagination import DefaultCursorPagination
 from controlplane.api.tenancy import MEMBER, PlatformMixin, TenantScopedMixin
 from controlplane.api.validation import validated
 from controlplane.errors import NotFound
@@ -23,14 +23,14 @@ from tenants.services import iam, keys
 from tenants.services import tenants as tenant_services
 
 
-class _ByDateJoined(CursorPagination):
+class _ByDateJoined(DefaultCursorPagination):
     page_size = 50
     max_page_size = 500
     page_size_query_param = "page_size"
     ordering = "-date_joined"
 
 
-class _ByName(CursorPagination):
+class _ByName(DefaultCursorPagination):
     page_size = 100
     max_page_size = 500
     page_size_query_param = "page_size"

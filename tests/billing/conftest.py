@@ -23,6 +23,9 @@ def price_book(db):
         importlib.import_module(
             "billing.migrations.0004_seed_published_tiers_deepseek_default_pool"
         ).seed(apps, None)
+        importlib.import_module("billing.migrations.0005_seed_gemini_3_flash_audio_rates").seed(
+            apps, None
+        )
     return {(p.provider, p.model): p for p in ModelPrice.objects.filter(superseded_at__isnull=True)}
 
 

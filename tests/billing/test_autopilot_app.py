@@ -221,15 +221,16 @@ def test_budget_coupling_end_to_end_through_the_beat_task_the_worker_and_vertex(
         created = api.post(url, body, format="json")
     assert created.status_code == 202, created.json()
     cache = CacheObject.objects.all_tenants().get(pk=created.json()["cache"])
-    assert cache.state == CacheState.ACTIVE and 3_590 < _remote_ttl_left(vertex) <= 3_600
+    # Created with the autopilot's answer, not the requested hour: no use known yet, so the
+    # rent-or-buy gap. 2.5 Flash: (0.30 - 0.03) / 1.00 per hour = 0.27 h = 972 s.
+    assert cache.state == CacheState.ACTIVE and 940 < _remote_ttl_left(vertex) <= 972
 
     def beat() -> None:
         CacheObject.objects.all_tenants().filter(pk=cache.pk).update(next_refresh_at=timezone.now())
         with django_capture_on_commit_callbacks(execute=True):
             cache_schedule_refreshes_task()  # the beat entry; the refresh runs on the worker
 
-    # No budget pressure, one use known: keep the rent-or-buy gap after it. 2.5 Flash:
-    # (0.30 - 0.03) / 1.00 per hour = 0.27 h = 972 s (the 1-hour TTL is cut to it).
+    # No budget pressure, one use known (the creation): on target, it stays.
     beat()
     assert 940 < _remote_ttl_left(vertex) <= 972
     # 95 % of a hard budget used: TTLs are capped at 5 minutes.

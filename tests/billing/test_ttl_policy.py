@@ -1,4 +1,4 @@
-"""The economic TTL policy (pure): EWMA rate estimate and the extend/expire/shorten rule."""
+"""The economic TTL policy (pure): the EWMA rate estimate and the autopilot."""
 
 from __future__ import annotations
 
@@ -11,12 +11,9 @@ import pytest
 
 from billing.ttl_policy import (
     EXPIRE,
-    EXTEND,
-    SHORTEN,
     CacheEconomics,
     ewma_decay,
     ewma_update,
-    ttl_decision,
 )
 
 PRO = CacheEconomics(  # gemini-2.5-pro, 100k tokens: break-even 4 queries per hour
@@ -57,69 +54,9 @@ def test_ewma_decay_without_hits() -> None:
         ewma_decay(rate_per_hour=1.0, last_at=datetime.now(UTC), now=5.0)
 
 
-def test_a_cache_above_break_even_is_extended_by_the_window() -> None:
-    decision = ttl_decision(
-        rate_per_hour=5.0, economics=PRO, remaining_ttl_seconds=30, window_seconds=3600
-    )
-    assert (decision.action, decision.ttl_seconds, decision.allow_new_pins) == (EXTEND, 3600, True)
-    # 5 hits × 100k × (1.25 − 0.125) = 562,500 µ$ saved against 450,000 µ$ of storage.
-    assert decision.expected_savings_micros == Decimal("562500")
-    assert decision.storage_cost_micros == Decimal("450000")
-
-
-def test_a_cache_below_break_even_is_left_to_expire() -> None:
-    decision = ttl_decision(rate_per_hour=3.9, economics=PRO, remaining_ttl_seconds=120)
-    assert (decision.action, decision.ttl_seconds) == (EXPIRE, 120)
-    assert PRO.breakeven_rate_per_hour() == 4
-    exactly = ttl_decision(rate_per_hour=4.0, economics=PRO, remaining_ttl_seconds=0)
-    assert exactly.action == EXPIRE  # savings must exceed storage, not equal it
-
-
-def test_a_longer_remaining_ttl_is_never_shortened_by_an_extension() -> None:
-    decision = ttl_decision(
-        rate_per_hour=50.0, economics=PRO, remaining_ttl_seconds=7200, window_seconds=300
-    )
-    assert (decision.action, decision.ttl_seconds) == (EXTEND, 7200)
-
-
-def test_idle_time_caps_the_rate_so_a_finished_burst_is_not_kept() -> None:
-    # A burst left a high estimate, but nothing came for 20 minutes: at most 3 per hour.
-    decision = ttl_decision(
-        rate_per_hour=40.0, economics=PRO, remaining_ttl_seconds=0, idle_seconds=1200
-    )
-    assert decision.action == EXPIRE
-
-
-def test_near_the_budget_ttls_are_shortened_and_new_pins_refused() -> None:
-    decision = ttl_decision(
-        rate_per_hour=100.0,
-        economics=PRO,
-        remaining_ttl_seconds=3600,
-        budget_used_fraction=Decimal("0.93"),
-    )
-    assert (decision.action, decision.ttl_seconds, decision.allow_new_pins) == (SHORTEN, 300, False)
-    short = ttl_decision(
-        rate_per_hour=100.0, economics=PRO, remaining_ttl_seconds=60, budget_used_fraction=0.95
-    )
-    assert (short.action, short.ttl_seconds) == (EXPIRE, 60)
-
-
-def test_a_cache_whose_hits_save_nothing_always_expires() -> None:
-    free = CacheEconomics(
-        tokens=1_000,
-        miss_per_mtok=Decimal(1),
-        hit_per_mtok=Decimal(1),
-        storage_per_mtok_hour=Decimal(0),
-    )
-    assert ttl_decision(rate_per_hour=1e6, economics=free, remaining_ttl_seconds=0).action == EXPIRE
-    assert free.breakeven_rate_per_hour() == Decimal("Infinity")
-
-
 def test_bad_arguments_are_rejected() -> None:
     with pytest.raises(ValueError):
         ewma_update(rate_per_hour=1.0, last_at=None, now=0.0, tau_seconds=0)
-    with pytest.raises(ValueError):
-        ttl_decision(rate_per_hour=1.0, economics=PRO, remaining_ttl_seconds=0, window_seconds=0)
 
 
 def test_the_module_imports_nothing_from_django() -> None:
@@ -164,7 +101,7 @@ def test_the_history_is_bounded_and_ignores_out_of_order_queries() -> None:
 
 
 def test_the_autopilot_refuses_new_pins_near_a_budget_and_drops_caches_over_it() -> None:
-    from billing.ttl_policy import EXPIRE, REFUSE, ReuseHistory, autopilot_decide
+    from billing.ttl_policy import REFUSE, ReuseHistory, autopilot_decide
 
     history = ReuseHistory((60.0,) * 20, 1_000.0)
     near = autopilot_decide(
@@ -178,7 +115,7 @@ def test_the_autopilot_refuses_new_pins_near_a_budget_and_drops_caches_over_it()
 
 
 def test_a_cache_on_target_runs_out_at_its_last_review_instead_of_being_stretched() -> None:
-    from billing.ttl_policy import EXPIRE, ReuseHistory, autopilot_decide
+    from billing.ttl_policy import ReuseHistory, autopilot_decide
 
     # Gaps of 100 s and 5,000 s: k = 211 s; last query at 1,000 s, so the cache is on
     # target expiring at 1,211 s. At the review 30 s before (1,181 s) the provider's 60 s

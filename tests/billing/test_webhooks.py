@@ -55,7 +55,8 @@ class Receiver:
 
 
 @pytest.fixture
-def receiver():
+def receiver(settings):
+    settings.CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE = True  # the receiver is on loopback
     with Receiver() as r:
         yield r
 
@@ -140,7 +141,8 @@ def test_a_failing_receiver_is_retried_then_marked_failed(
     assert budget_alert_deliver(alert=alert2) == WebhookState.FAILED  # 4xx: no retry
 
 
-def test_an_unreachable_receiver_is_a_transient_error(tenant_a, admin_a, actor) -> None:
+def test_an_unreachable_receiver_is_a_transient_error(tenant_a, admin_a, actor, settings) -> None:
+    settings.CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE = True  # port 9 on loopback
     alert, _ = _cross_threshold(tenant_a, admin_a, actor, "http://127.0.0.1:9/unreachable")
     with pytest.raises(WebhookTransientError):
         budget_alert_deliver(alert=alert)
@@ -157,3 +159,10 @@ def test_webhooks_to_private_addresses_are_refused_unless_allowed(
     alert.refresh_from_db()
     assert "not a public address" in alert.webhook_last_error
     assert receiver.received == []
+
+
+def test_by_default_webhooks_to_internal_addresses_are_refused_in_development_too() -> None:
+    from controlplane import settings_cacheplane, settings_deployment
+
+    assert settings_deployment.PRODUCTION is False  # the test settings are development's
+    assert settings_cacheplane.CACHEPLANE_BILLING_WEBHOOK_ALLOW_PRIVATE is False

@@ -144,3 +144,16 @@ def test_a_huge_or_odd_page_size_is_capped_not_an_error(api, tenant_a, admin_a, 
     api.force_login(admin_a)
     response = api.get(_url(tenant_a), {"page_size": page_size})
     assert response.status_code == 200, response.content
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [_cursor(p="not-a-number"), _cursor(p="\x00"), _cursor(p="1.5e3")],
+)
+def test_a_crafted_audit_events_cursor_is_400_invalid_cursor(
+    api, tenant_a, admin_a, cursor
+) -> None:
+    api.force_login(admin_a)
+    response = api.get(f"/api/v1/tenants/{tenant_a.slug}/audit/events", {"cursor": cursor})
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "invalid_cursor"

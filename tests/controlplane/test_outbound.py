@@ -256,3 +256,31 @@ def test_tls_to_the_pinned_address_sends_the_name_as_sni_and_verifies_it(servers
             allowed=only_vetted,
             verify=client_tls,
         )
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::a00:1",  # NAT64 (RFC 6052) of 10.0.0.1
+        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254 (cloud metadata)
+        "64:ff9b:1::c0a8:101",  # local-use NAT64 (RFC 8215) of 192.168.1.1
+        "2002:a00:1::1",  # 6to4 of 10.0.0.1
+        "2002:7f00:1::",  # 6to4 of 127.0.0.1
+        "::ffff:10.0.0.1",  # IPv4-mapped
+    ],
+)
+def test_ipv6_forms_embedding_an_internal_ipv4_address_are_not_public(address) -> None:
+    from controlplane.outbound import address_is_public
+
+    assert not address_is_public(ipaddress.ip_address(address))
+
+
+def test_ipv6_forms_embedding_a_public_ipv4_address_and_plain_public_ones_are_public() -> None:
+    from controlplane.outbound import address_is_public, embedded_ipv4
+
+    nat64_public = ipaddress.ip_address("64:ff9b::808:808")  # 8.8.8.8
+    assert embedded_ipv4(nat64_public) == ipaddress.ip_address("8.8.8.8")
+    assert address_is_public(nat64_public)
+    assert address_is_public(ipaddress.ip_address("2606:4700:4700::1111"))
+    assert address_is_public(ipaddress.ip_address("8.8.8.8"))

@@ -41,3 +41,23 @@ def test_check_value_walks_query_values_too():
     with pytest.raises(StrictJsonError):
         check_value({"filter": ["ok", "bad\x00"]})
     check_value({"filter": ["ok"]})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ['{"a": 1, "a": 2}', '{"x": {"model": "a", "model": "b"}}', '[{"k": 1, "k": 1}]'],
+)
+def test_duplicate_keys_in_an_object_are_refused(raw):
+    with pytest.raises(StrictJsonError, match="Duplicate key"):
+        loads_strict(raw)
+
+
+def test_duplicate_keys_are_a_400_on_the_rest_api(api, tenant_a, admin_a):
+    api.force_login(admin_a)
+    response = api.post(
+        f"/api/v1/tenants/{tenant_a.slug}/rate-limits",
+        data='{"requests_per_minute": 5, "requests_per_minute": 999999}',
+        content_type="application/json",
+    )
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "invalid_json"

@@ -150,3 +150,10 @@ def test_workers_page_shows_pinned_prefixes_per_tenant_against_capacity(platform
 def test_console_summary_page_zero_is_not_an_error(platform_admin) -> None:
     response = _login(platform_admin).get("/api/v1/platform/console/summary?page=0")
     assert response.status_code == 200 and response.json()["page"] == 1
+
+
+@pytest.mark.parametrize("page", ["99999999999999999999999999", "9223372036854775807", "0", "-3"])
+def test_a_huge_or_odd_platform_page_shows_a_real_page(platform_admin, tenant_a, page) -> None:
+    response = _login(platform_admin).get("/platform/", {"page": page})
+    assert response.status_code == 200
+    assert tenant_a.display_name.encode() in response.content  # clamped to the last page

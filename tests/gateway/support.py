@@ -185,3 +185,31 @@ def usage_row_once_booked(request_id: str, timeout: float = 10.0):
 
     wait_for(booked, timeout, f"the usage row of {request_id}")
     return UsageRecord.objects.all_tenants().get(request_id=request_id)
+
+
+def price_vertex_flash_with_audio(model: str = "gemini-2.5-flash") -> None:
+    """The seeded Gemini 2.5 Flash price (spec §4), audio rates included, for tests whose
+    database was flushed (transactional tests lose the migrations' price book)."""
+    from datetime import UTC, datetime
+
+    from billing.models import ModelPrice
+    from billing.services.prices import model_price_create
+    from tests.factories import actor_for
+
+    if ModelPrice.objects.filter(provider="vertex", model=model).exists():
+        return
+    model_price_create(
+        actor=actor_for(None),
+        provider="vertex",
+        model=model,
+        source="test: spec §4",
+        effective_from=datetime(2026, 1, 1, tzinfo=UTC),
+        rates={
+            "input_per_mtok": "0.30",
+            "cached_input_per_mtok": "0.03",
+            "storage_per_mtok_hour": "1.00",
+            "output_per_mtok": "2.50",
+            "audio_input_per_mtok": "1.00",
+            "audio_cached_input_per_mtok": "0.10",
+        },
+    )

@@ -16,6 +16,7 @@ from .sdk_client import genai_client_for
 from .store import StoredCache
 from .token_estimator import (
     BYTES_PER_TOKEN,
+    estimate_audio_tokens,
     estimate_cached_content_tokens,
     estimate_text_tokens,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "StoredCache",
     "VertexEmulator",
     "estimate_cached_content_tokens",
+    "estimate_audio_tokens",
     "estimate_text_tokens",
     "genai_client_for",
     "running_vertex_emulator",

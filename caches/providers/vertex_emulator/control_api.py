@@ -10,7 +10,8 @@ need no token: the emulator is a local test tool. Each one mirrors a method of
 ``POST /_emulator/reset``    forget caches, faults, latency, allow-lists, log, clock offset
 ``POST /_emulator/faults``   ``{"status":429,"count":2,"methods":["POST"],
                              "path_contains":"cachedContents","message":null,
-                             "wrap_in_array":false}``; ``count: null`` = until cleared
+                             "wrap_in_array":false}``; ``count: null`` = until cleared;
+                             ``{"drop_reply":true,…}`` cuts the reply after the effect
 ``GET|DELETE …/faults``      list / clear the rules
 ``POST /_emulator/latency``  ``{"ms": 250}``
 ``POST /_emulator/clock``    ``{"advance_seconds": 3600}``
@@ -90,6 +91,13 @@ def control_routes(emulator: VertexEmulator) -> list[BaseRoute]:
             return JSONResponse({})
         data = await _json_object(request)
         count = data.get("count", 1)
+        if data.get("drop_reply"):
+            rule = emulator.drop_replies(
+                count=None if count is None else int(count),
+                methods=data.get("methods"),
+                path_contains=str(data.get("path_contains", "")),
+            )
+            return JSONResponse(rule.to_state())
         rule = emulator.inject_fault(
             int(data["status"]),
             count=None if count is None else int(count),

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .access import TokenAllowList
 from .cached_contents import DEFAULT_MAX_INLINE_BYTES, CachedContentService
-from .faults import FaultInjector, FaultRule
+from .faults import FaultInjector, FaultRule, ReplyHold
 from .model_catalog import ModelCatalog
 from .request_log import RecordedRequest, RequestLog
 from .store import CacheStore, StoredCache
@@ -75,6 +75,7 @@ class VertexEmulator:
             default_page_size=default_page_size,
         )
         self._app: Starlette | None = None
+        self.blocked_terms: frozenset[str] = frozenset()
 
     # -- time ------------------------------------------------------------------------------
 
@@ -133,6 +134,32 @@ class VertexEmulator:
             message=message,
             wrap_in_array=wrap_in_array,
         )
+
+    def drop_replies(
+        self,
+        *,
+        count: int | None = 1,
+        methods: Iterable[str] | None = None,
+        path_contains: str = "",
+    ) -> FaultRule:
+        """Let the next ``count`` matching requests take effect, then cut each connection in
+        the middle of its reply: the client's transport error, as for a reply lost on the way.
+        """
+        return self.faults.add(
+            0, count=count, methods=methods, path_contains=path_contains, drop_reply=True
+        )
+
+    def hold_replies(
+        self, *, methods: Iterable[str] | None = None, path_contains: str = ""
+    ) -> ReplyHold:
+        """Hold the reply of the next matching request until the returned hold is released
+        (the request has taken effect): orders two clients' calls without timing."""
+        return self.faults.hold(methods=methods, path_contains=path_contains)
+
+    def block_prompts_containing(self, *terms: str) -> None:
+        """Answer a prompt whose last user text holds one of ``terms`` as Vertex answers a
+        prompt its safety filters block (no terms: block nothing)."""
+        self.blocked_terms = frozenset(terms)
 
     def clear_faults(self) -> None:
         """Drop every fault rule and the latency."""
@@ -218,6 +245,7 @@ class VertexEmulator:
         """
         self.store.clear()
         self.faults.clear()
+        self.blocked_terms = frozenset()
         self.allow_list.clear()
         self.request_log.clear()
         with self._offset_lock:

@@ -3,7 +3,9 @@
 A :class:`FaultRule` answers matching requests with an error instead of serving them, a given
 number of times (or until cleared). Rules are checked in the order they were added and the
 first match is consumed. Faults sit in front of authentication, like a front end that sheds
-load before the service sees the request.
+load before the service sees the request. A *dropped reply* rule instead lets the request take
+effect and then cuts the connection in the middle of the reply (a reply lost on the way back:
+the client sees its HTTP library's transport error, never a status).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class FaultRule:
     path_contains: str = ""
     message: str | None = None
     wrap_in_array: bool = False
+    drop_reply: bool = False
     hits: int = 0
 
     def matches(self, method: str, path: str) -> bool:
@@ -59,8 +62,34 @@ class FaultRule:
             "path_contains": self.path_contains,
             "message": self.message,
             "wrap_in_array": self.wrap_in_array,
+            "drop_reply": self.drop_reply,
             "hits": self.hits,
         }
+
+
+@dataclass
+class ReplyHold:
+    """Keep the reply of the next matching request until :meth:`release` (it has already
+    taken effect): lets a test order two clients' requests exactly, with no timing."""
+
+    methods: frozenset[str]
+    path_contains: str
+    reached: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+
+    def matches(self, method: str, path: str) -> bool:
+        """Whether this hold applies to a request."""
+        if self.methods and method.upper() not in self.methods:
+            return False
+        return self.path_contains in path
+
+    def wait_reached(self, timeout: float = 10.0) -> bool:
+        """Block until a request is being held; whether one was."""
+        return self.reached.wait(timeout)
+
+    def release(self) -> None:
+        """Let the held reply go."""
+        self.released.set()
 
 
 class FaultInjector:
@@ -69,6 +98,7 @@ class FaultInjector:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rules: list[FaultRule] = []
+        self._holds: list[ReplyHold] = []
         self._ids = itertools.count(1)
         self._latency_ms = 0
         self._reply_delay_ms = 0
@@ -83,9 +113,10 @@ class FaultInjector:
         path_contains: str = "",
         message: str | None = None,
         wrap_in_array: bool = False,
+        drop_reply: bool = False,
     ) -> FaultRule:
         """Register a rule; see :class:`FaultRule` for the matching semantics."""
-        if not 400 <= status <= 599:
+        if not drop_reply and not 400 <= status <= 599:
             raise ValueError("fault status must be an HTTP error code (400-599)")
         if count is not None and count < 1:
             raise ValueError("fault count must be >= 1, or None for 'until cleared'")
@@ -98,28 +129,59 @@ class FaultInjector:
                 path_contains=path_contains,
                 message=message,
                 wrap_in_array=wrap_in_array,
+                drop_reply=drop_reply,
             )
             self._rules.append(rule)
             return rule
 
     def take(self, method: str, path: str) -> RpcError | None:
-        """Consume the first matching rule and return its error; ``None`` if nothing matches."""
+        """Consume the first matching error rule and return its error; ``None`` if none."""
+        rule = self._consume(method, path, drop_reply=False)
+        return rule.to_error() if rule is not None else None
+
+    def hold(self, *, methods: Iterable[str] | None = None, path_contains: str = "") -> ReplyHold:
+        """Hold the reply of the next matching request (see :class:`ReplyHold`)."""
+        held = ReplyHold(
+            methods=frozenset(method.upper() for method in methods or ()),
+            path_contains=path_contains,
+        )
+        with self._lock:
+            self._holds.append(held)
+        return held
+
+    def take_hold(self, method: str, path: str) -> ReplyHold | None:
+        """Consume the first matching hold; ``None`` if none matches."""
+        with self._lock:
+            for held in self._holds:
+                if held.matches(method, path):
+                    self._holds.remove(held)
+                    return held
+        return None
+
+    def take_dropped_reply(self, method: str, path: str) -> bool:
+        """Consume the first matching dropped-reply rule; whether there was one."""
+        return self._consume(method, path, drop_reply=True) is not None
+
+    def _consume(self, method: str, path: str, *, drop_reply: bool) -> FaultRule | None:
         with self._lock:
             for rule in self._rules:
-                if not rule.matches(method, path):
+                if rule.drop_reply != drop_reply or not rule.matches(method, path):
                     continue
                 rule.hits += 1
                 if rule.count is not None:
                     rule.count -= 1
                     if rule.count == 0:
                         self._rules.remove(rule)
-                return rule.to_error()
+                return rule
         return None
 
     def clear(self) -> None:
         """Drop every rule and the latency."""
         with self._lock:
             self._rules.clear()
+            for held in self._holds:
+                held.release()
+            self._holds.clear()
             self._latency_ms = 0
             self._reply_delay_ms = 0
             self._stream_pacing = (1, 0)

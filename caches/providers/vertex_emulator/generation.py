@@ -21,7 +21,12 @@ from .rpc_errors import (
     invalid_argument,
     publisher_model_not_found,
 )
-from .token_estimator import estimate_body_tokens, estimate_text_tokens, text_character_count
+from .token_estimator import (
+    estimate_audio_tokens,
+    estimate_body_tokens,
+    estimate_text_tokens,
+    text_character_count,
+)
 from .wire_time import format_timestamp
 
 ECHO_LIMIT = 200  # characters of the last user text echoed back
@@ -53,8 +58,33 @@ def _uses_generation_fields(body: Mapping[str, Any]) -> bool:
     return system_instruction is not None or bool(tools) or tool_config is not None
 
 
-def _modality_counts(count: int) -> list[dict[str, Any]]:
-    return [{"modality": "TEXT", "tokenCount": count}] if count else []
+def _modality_counts(count: int, audio: int = 0) -> list[dict[str, Any]]:
+    """Vertex's per-modality breakdown: TEXT, and AUDIO where the input holds audio."""
+    details = [{"modality": "TEXT", "tokenCount": count - audio}] if count - audio else []
+    if audio:
+        details.append({"modality": "AUDIO", "tokenCount": audio})
+    return details
+
+
+def _blocked(
+    model_id: str, prompt_tokens: int, audio: int, reason: str, now: Any
+) -> dict[str, Any]:
+    """What Vertex answers for a prompt its safety filters block: no candidates, the
+    reason in ``promptFeedback``, and the prompt still counted (and billed)."""
+    return {
+        "promptFeedback": {
+            "blockReason": reason,
+            "blockReasonMessage": "The prompt was blocked by the emulator's blocked terms.",
+        },
+        "usageMetadata": {
+            "promptTokenCount": prompt_tokens,
+            "totalTokenCount": prompt_tokens,
+            "promptTokensDetails": _modality_counts(prompt_tokens, audio),
+            "trafficType": "ON_DEMAND",
+        },
+        "modelVersion": model_id,
+        "createTime": format_timestamp(now),
+    }
 
 
 def generate_content(
@@ -65,8 +95,12 @@ def generate_content(
     location: str,
     model_id: str,
     body: Any,
+    blocked_terms: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """Answer a GenerateContentRequest, optionally against a cache.
+
+    A last user text containing one of ``blocked_terms`` is answered as Vertex answers a
+    prompt its safety filters block (``promptFeedback.blockReason``, no candidates).
 
     Raises 400 when ``cachedContent`` is combined with systemInstruction/tools/toolConfig
     (spec §1.6 wording), when contents are empty, or when the cache belongs to another model;
@@ -83,6 +117,7 @@ def generate_content(
         raise invalid_argument("Unable to submit request because it has an empty contents field.")
     cache_ref = body.get("cachedContent", body.get("cached_content"))
     cached_tokens = 0
+    cached_audio = 0
     cache_label = ""
     if cache_ref is not None:
         if _uses_generation_fields(body):
@@ -100,23 +135,27 @@ def generate_content(
                 f"({record.model}) has to be the same."
             )
         cached_tokens = record.total_token_count
+        cached_audio = min(cached_tokens, estimate_audio_tokens(record.contents))
         cache_label = f" with {record.name}"
     new_prompt_tokens = estimate_body_tokens(body)
     prompt_tokens = cached_tokens + new_prompt_tokens
+    prompt_audio = cached_audio + min(new_prompt_tokens, estimate_audio_tokens(contents))
     echo = _last_user_text(contents)[:ECHO_LIMIT]
+    if any(term in _last_user_text(contents) for term in blocked_terms):
+        return _blocked(model_id, prompt_tokens, prompt_audio, "PROHIBITED_CONTENT", caches.now())
     text = f"[vertex-emulator] {model_id}{cache_label}: {echo}"
     candidate_tokens = estimate_text_tokens(text)
     usage: dict[str, Any] = {
         "promptTokenCount": prompt_tokens,
         "candidatesTokenCount": candidate_tokens,
         "totalTokenCount": prompt_tokens + candidate_tokens,
-        "promptTokensDetails": _modality_counts(prompt_tokens),
+        "promptTokensDetails": _modality_counts(prompt_tokens, prompt_audio),
         "candidatesTokensDetails": _modality_counts(candidate_tokens),
         "trafficType": "ON_DEMAND",
     }
     if cached_tokens:
         usage["cachedContentTokenCount"] = cached_tokens
-        usage["cacheTokensDetails"] = _modality_counts(cached_tokens)
+        usage["cacheTokensDetails"] = _modality_counts(cached_tokens, cached_audio)
     now = caches.now()
     digest = hashlib.sha256(
         json.dumps(body, sort_keys=True, default=str).encode("utf-8")

@@ -146,6 +146,7 @@ def resolve_operation(
                 location=location,
                 model_id=model_id,
                 body=body,
+                blocked_terms=emulator.blocked_terms,
             )
 
         return Operation(
@@ -215,7 +216,7 @@ def _success_response(
     if not operation.streaming:
         return JSONResponse(result)
     chunks, delay_ms = pacing
-    if query.get("alt") == "sse" and chunks > 1:
+    if query.get("alt") == "sse" and chunks > 1 and result.get("candidates"):
 
         async def paced() -> AsyncIterator[bytes]:
             for piece in _paced_chunks(result, chunks):
@@ -228,6 +229,26 @@ def _success_response(
         chunk = json.dumps(result, separators=(",", ":"))
         return Response(f"data: {chunk}\r\n\r\n", media_type="text/event-stream")
     return JSONResponse([result])
+
+
+class DroppedReply(Response):
+    """A reply cut off mid-body: headers promising more than is sent, then the connection
+    closes (uvicorn closes it when the app returns before the body is complete). Logged
+    with status 0, as nothing reached the client."""
+
+    def __init__(self) -> None:
+        super().__init__(status_code=200)
+        self.status_code = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"4096")],
+            }
+        )
+        await send({"type": "http.response.body", "body": b'{"name": ', "more_body": True})
 
 
 def build_app(emulator: VertexEmulator) -> Starlette:
@@ -295,6 +316,12 @@ def build_app(emulator: VertexEmulator) -> Starlette:
         reply_delay_ms = emulator.faults.reply_delay_ms
         if reply_delay_ms:
             await asyncio.sleep(reply_delay_ms / 1000)
+        held = emulator.faults.take_hold(method, request.url.path)
+        if held is not None:
+            held.reached.set()
+            await asyncio.to_thread(held.released.wait, 60)
+        if emulator.faults.take_dropped_reply(method, request.url.path):
+            return DroppedReply()
         return _success_response(operation, result, query, emulator.faults.stream_pacing)
 
     async def unmapped_endpoint(request: Request) -> Response:
