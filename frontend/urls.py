@@ -85,6 +85,7 @@ urlpatterns = [
     path(f"{T}/keys/", views_access.keys_page, name="console-keys"),
     path(f"{T}/keys/new", views_access.key_create, name="console-key-create"),
     path(f"{T}/keys/<str:key_id>/revoke", views_access.key_revoke, name="console-key-revoke"),
+    path(f"{T}/keys/<str:key_id>/rotate", views_access.key_rotate, name="console-key-rotate"),
     path(f"{T}/budgets/", views_manage.budgets_page, name="console-budgets"),
     path(f"{T}/budgets/new", views_manage.budget_create, name="console-budget-create"),
     path(f"{T}/budgets/<str:budget_id>/edit", views_manage.budget_edit, name="console-budget-edit"),

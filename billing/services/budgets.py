@@ -108,19 +108,28 @@ def budget_reserve(
         except IntegrityError:
             # A replay (or a concurrent duplicate, which waited for the first to commit).
             return BudgetReservation.objects.get(tenant=tenant, request_id=request_id)
+        moved = []
         with connection.cursor() as cursor:
             for period in periods:
                 cursor.execute(
                     "UPDATE billing_budgetperiod SET reserved_micros = reserved_micros + %s "
                     "WHERE id = %s AND (NOT hard_limit OR "
-                    "spent_micros + reserved_micros + %s <= limit_micros) RETURNING id",
+                    "spent_micros + reserved_micros + %s <= limit_micros) "
+                    "RETURNING id, budget_id, spent_micros, limit_micros",
                     [estimate_micros, period.pk, estimate_micros],
                 )
-                if cursor.fetchone() is None:
+                row = cursor.fetchone()
+                if row is None:
                     refused = period
                     break
+                moved.append(
+                    {"period_id": row[0], "budget_id": row[1], "new_spent": row[2], "limit": row[3]}
+                )
         if refused is not None:
             transaction.set_rollback(True)
+        elif estimate_micros:
+            # Alerts count spent + reserved: a hold can cross a threshold by itself.
+            budget_alerts_raise(tenant_id=tenant.pk, moved=moved)
     if refused is None:
         return reservation
     refused.refresh_from_db()
