@@ -52,6 +52,7 @@ def _source() -> forms.CharField:
         widget=forms.Textarea(attrs={"rows": 3}),
     )
 
+
 DATETIME_WIDGET = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
 DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
 

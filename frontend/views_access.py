@@ -18,7 +18,16 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from frontend import forms as f
-from frontend.actions import actor, attempt, blank_form, done, invalid, no_store, uuid_or_404
+from frontend.actions import (
+    DOMAIN_CODE_PREFIX,
+    actor,
+    attempt,
+    blank_form,
+    done,
+    invalid,
+    no_store,
+    uuid_or_404,
+)
 from frontend.requests import TenantPageRequest
 from frontend.selectors.keys import key_rows
 from frontend.views import _context, tenant_page
@@ -161,8 +170,9 @@ def policy_save(request: TenantPageRequest) -> HttpResponse:
         ),
     )
     if policy is None:
-        message = form.non_field_errors()[0] if form.non_field_errors() else "Not saved."
-        conflict = "etag_mismatch" in message
+        refused = form.non_field_errors().as_data()
+        message = str(refused[0].message) if refused else "Not saved."
+        conflict = bool(refused) and refused[0].code == f"{DOMAIN_CODE_PREFIX}etag_mismatch"
         return _access_page(
             request,
             status=409 if conflict else 400,
