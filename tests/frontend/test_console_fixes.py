@@ -79,7 +79,8 @@ def test_a_seeded_price_with_a_long_source_is_corrected_without_rewriting_it(
         f"/platform/prices/{price.pk}/correct",
         {**rates, "fix-source": price.source, "fix-note": "re-checked the published page"},
     )
-    assert response.status_code == 302, re.findall(r"class=\"error[^>]*>([^<]*)", response.content.decode())
+    errors = re.findall(r"class=\"error[^>]*>([^<]*)", response.content.decode())
+    assert response.status_code == 302, errors
     assert ModelPrice.objects.filter(provider=price.provider, model=price.model).count() >= 2
 
 
