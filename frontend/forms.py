@@ -42,11 +42,19 @@ FIELD_FOR_CODE = {
 SOURCE_MAX_LENGTH = 2000
 
 
+class _QuotedTextField(forms.CharField):
+    """Text from a textarea with the line breaks it was written with: browsers submit
+    CRLF, the stored text (and the API's) uses LF."""
+
+    def to_python(self, value: Any) -> str:
+        return str(super().to_python(value)).replace("\r\n", "\n")
+
+
 def _source() -> forms.CharField:
     """A price's source, as the API takes it: quoted text, line breaks included (the
     seeded prices quote their published pages), up to ``SOURCE_MAX_LENGTH``; platform
     operators write it and every page escapes it."""
-    return forms.CharField(
+    return _QuotedTextField(
         max_length=SOURCE_MAX_LENGTH,
         label="Source (URL or note)",
         widget=forms.Textarea(attrs={"rows": 3}),

@@ -202,11 +202,28 @@ def test_a_seeded_price_is_corrected_in_the_browser_keeping_its_long_source(cons
 
     ops = HumanFactory(username="ops", password=PASSWORD)
     bind(ops, "platform.admin", None)
-    price = next(
-        p
-        for p in ModelPrice.objects.filter(superseded_by__isnull=True).exclude(provider="vllm")
-        if len(p.source) > 300
+    from billing.services.prices import model_price_create
+    from tests.factories import actor_for
+
+    # As the seeded prices quote their published pages: long, over lines, with "->".
+    quoted = (
+        "cloud.google.com/vertex-ai/generative-ai/pricing (2026 list) -> input 0.30, "
+        "cached input 0.03, output 2.50 USD per 1M tokens;\nstorage 1.00 USD per 1M tokens "
+        "per hour. " * 4
+    )[:515]
+    price = model_price_create(
+        actor=actor_for(ops),
+        provider="vertex",
+        model="gemini-2.5-flash",
+        rates={
+            "input_per_mtok": "0.30",
+            "cached_input_per_mtok": "0.03",
+            "output_per_mtok": "2.50",
+            "storage_per_mtok_hour": "1.00",
+        },
+        source=quoted,
     )
+    assert len(price.source) == 515
     console.login("ops")
     console.go("/platform/prices/")
     console.click(f"tr[data-price='{price.pk}'] a")
