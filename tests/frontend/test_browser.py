@@ -498,7 +498,7 @@ def test_platform_prices_and_workers_are_managed_from_the_browser(console) -> No
     console.fill(f"{form} [name=source]", "https://cloud.google.com/vertex-ai/pricing")
     console.click(f"{form} button[type=submit]")
     price = ModelPrice.objects.get(model="gemini-2.5-flash")
-    console.click(f"tr[data-price='{price.pk}'] a")
+    console.click(f"tr[data-price='{price.pk}'] a:has-text('Correct')")
     console.fill("#correct-form [name=fix-output_per_mtok]", "2.00")
     console.fill("#correct-form [name=fix-note]", "typo in output rate")
     console.click("#correct-form button[type=submit]")

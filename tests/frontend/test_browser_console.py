@@ -226,7 +226,7 @@ def test_a_seeded_price_is_corrected_in_the_browser_keeping_its_long_source(cons
     assert len(price.source) == 515
     console.login("ops")
     console.go("/platform/prices/")
-    console.click(f"tr[data-price='{price.pk}'] a")
+    console.click(f"tr[data-price='{price.pk}'] a:has-text('Correct')")
     assert console.locator("#correct-form [name=fix-source]").input_value() == price.source
     console.fill("#correct-form [name=fix-note]", "re-checked the published page")
     console.click("#correct-form button[type=submit]")
@@ -272,3 +272,91 @@ def test_a_form_posted_after_the_session_expired_is_resumed_after_logging_in(con
         [50, 90],
         False,
     )
+
+
+def test_regenerating_a_key_shows_its_new_secret_once_and_a_reload_makes_no_third_key(
+    console,
+) -> None:
+    from tenants.models import ApiKey
+    from tenants.services import keys
+    from tests.factories import TenantFactory, actor_for
+
+    tenant = TenantFactory(slug="acme")
+    admin = _user("acme-admin", "tenant.admin", tenant)
+    old = keys.api_key_create(actor=actor_for(admin), tenant=tenant, name="checkout")
+    console.login("acme-admin")
+    console.go("/t/acme/keys/")
+    console.check()
+    console.locator(f"tr[data-key='{old.key.pk}'] button.key-rotate").click()
+    secret = console.locator("#new-key").input_value()
+    assert secret != old.plaintext
+    fresh = ApiKey.objects.get(tenant=tenant, name="checkout", revoked_at__isnull=True)
+    assert secret.startswith(fresh.prefix) and fresh.pk != old.key.pk
+    assert "revoked" in console.locator(f"tr[data-key='{old.key.pk}']").inner_text()
+    console.check()
+    console.reload()
+    assert console.locator("#new-key").count() == 0 and secret not in console.content()
+    assert ApiKey.objects.filter(tenant=tenant, name="checkout").count() == 2  # old + new
+    console.check()
+
+
+def test_an_edit_shows_as_a_diff_in_the_budgets_history(console) -> None:
+    from billing.services import budget_create
+    from tests.factories import TenantFactory, actor_for
+
+    tenant = TenantFactory(slug="acme")
+    admin = _user("acme-admin", "tenant.admin", tenant)
+    budget = budget_create(
+        actor=actor_for(admin), tenant=tenant, name="monthly", period="month", limit_micros=DOLLAR
+    )
+    console.login("acme-admin")
+    console.go("/t/acme/budgets/")
+    edit = console.locator("details", has_text="Edit “monthly”")
+    edit.locator("summary").click()
+    prefix = f"b{budget.pk.hex[:8]}"
+    edit.locator(f"[name={prefix}-limit_usd]").fill("2.5")
+    edit.locator("button", has_text="Save").first.click()
+    assert "saved" in console.locator(".flash").inner_text()
+    console.click(f"tr[data-budget='{budget.pk}'] a.history-link")
+    console.wait_for_url(re.compile(rf".*/t/acme/history/budget/{budget.pk}/$"))
+    row = console.locator("#history-table tr.diff-row[data-field='limit_micros']").first
+    assert row.locator(".diff-before").inner_text() == "1000000"
+    assert row.locator(".diff-after").inner_text() == "2500000"
+    update = console.locator("#history-table tr[data-event]", has_text="billing.budget.update")
+    assert "acme-admin" in update.inner_text()  # the actor, by name, linked
+    assert (
+        update.locator("a", has_text="acme-admin")
+        .get_attribute("href")
+        .startswith("/t/acme/history/principal/")
+    )
+    console.check()
+
+
+def test_the_platform_audit_page_filters_by_actor_action_and_outcome(console) -> None:
+    from billing.services import budget_create
+    from tests.factories import HumanFactory, TenantFactory, actor_for, bind
+
+    tenant = TenantFactory(slug="acme")
+    admin = _user("acme-admin", "tenant.admin", tenant)
+    budget_create(
+        actor=actor_for(admin), tenant=tenant, name="monthly", period="month", limit_micros=DOLLAR
+    )
+    ops = HumanFactory(username="ops", password=PASSWORD)
+    bind(ops, "platform.admin", None)
+    console.login("ops")
+    console.go("/platform/audit/")
+    console.check()
+    console.fill("#pa-actor", "acme-admin")
+    console.fill("#pa-action", "billing.*")
+    console.select_option("#pa-outcome", "success")
+    console.click("#platform-audit-filters button[type=submit]")
+    console.wait_for_url(re.compile(r".*/platform/audit/\?actor=acme-admin.*"))
+    rows = console.locator("#platform-audit-table > tbody > tr[data-event]")
+    assert rows.count() == 1 and "billing.budget.create" in rows.first.inner_text()
+    assert "acme" in rows.first.inner_text()  # the tenant, by slug
+    assert console.locator("#pa-actor").input_value() == "acme-admin"  # filters kept
+    console.check()
+    console.select_option("#pa-outcome", "denied")
+    console.click("#platform-audit-filters button[type=submit]")
+    assert "No events." in console.locator("#platform-audit-table").inner_text()
+    console.check()

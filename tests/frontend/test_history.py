@@ -78,3 +78,16 @@ def test_the_platform_audit_page_needs_the_platform_audit_permission(tenant_a, a
     auditor = HumanFactory()
     bind(auditor, "platform.auditor", None)
     assert _login(auditor).get("/platform/audit/").status_code == 200
+
+
+def test_the_platform_audit_page_reads_a_page_in_a_fixed_number_of_queries(
+    platform_admin, tenant_a, admin_a, django_assert_max_num_queries
+) -> None:
+    for n in range(60):
+        budget_create(
+            actor=actor_for(admin_a), tenant=tenant_a, name=f"b{n}", period="month", limit_micros=5
+        )
+    client = _login(platform_admin)
+    client.get("/platform/audit/")  # warm the session and the access caches
+    with django_assert_max_num_queries(12):
+        assert client.get("/platform/audit/", {"action": "billing.*"}).status_code == 200
