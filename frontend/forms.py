@@ -65,7 +65,7 @@ DATETIME_WIDGET = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="
 DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
 
 
-def _set_choices(form: forms.Form, name: str, choices: list[tuple[str, str]]) -> None:
+def _set_choices(form: forms.Form, name: str, choices: list[tuple[str, Any]]) -> None:
     """Fill a choice field's options at bind time (they depend on the tenant)."""
     field = form.fields[name]
     assert isinstance(field, forms.ChoiceField)  # declared as one on the form class

@@ -197,7 +197,6 @@ def test_a_reload_of_the_key_reveal_shows_no_secret_and_creates_no_second_key(co
 
 
 def test_a_seeded_price_is_corrected_in_the_browser_keeping_its_long_source(console) -> None:
-    from billing.models import ModelPrice
     from tests.factories import HumanFactory, bind
 
     ops = HumanFactory(username="ops", password=PASSWORD)
@@ -231,10 +230,9 @@ def test_a_seeded_price_is_corrected_in_the_browser_keeping_its_long_source(cons
     console.fill("#correct-form [name=fix-note]", "re-checked the published page")
     console.click("#correct-form button[type=submit]")
     assert "corrected" in console.locator(".flash").inner_text()
-    fixed = ModelPrice.objects.get(
-        provider=price.provider, model=price.model, superseded_by__isnull=True
-    )
-    assert fixed.pk != price.pk and fixed.source == price.source
+    price.refresh_from_db()
+    fixed = price.superseded_by  # the correction replaced this version
+    assert fixed is not None and fixed.source == price.source
     console.check()
 
 
