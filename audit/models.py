@@ -60,6 +60,14 @@ class AuditEvent(models.Model):
             models.Index(fields=["tenant", "occurred_at"]),
             models.Index(fields=["chain", "occurred_at"]),
             models.Index(fields=["action", "occurred_at"]),
+            # The platform audit page's keyset order and each of its filters, and every
+            # object's History (audit.event_pages): one index range scan per page.
+            models.Index(fields=["-occurred_at", "-id"], name="audit_event_time_id_idx"),
+            models.Index(
+                fields=["target_type", "target_id", "-occurred_at"], name="audit_event_target_idx"
+            ),
+            models.Index(fields=["actor_name", "-occurred_at"], name="audit_event_actor_idx"),
+            models.Index(fields=["outcome", "-occurred_at"], name="audit_event_outcome_idx"),
         ]
 
     def __str__(self) -> str:

@@ -262,7 +262,8 @@ def _run(
     wait_providers(children)  # the demo's caches need them serving, not starting
     _register_demo_worker()
     if not args.no_demo and not args.check:  # demo people, keys, caches, bounded traffic
-        call_command("demo", "--url", url, "--background", "--requests", "600")
+        # --first-start: a restart neither re-sends the 600 requests nor shows a password
+        call_command("demo", "--url", url, "--background", "--first-start", "--requests", "600")
     _print_banner(url, exported, logs, services)
     if args.check:
         return 0

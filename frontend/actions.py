@@ -28,29 +28,57 @@ def actor(request: HttpRequest) -> Actor:
     return Actor.from_request(request)
 
 
+#: Prefix of a form error's code that came from a domain error (``_form.html`` shows the
+#: stable code on a details line under the plain-words message, and only for those).
+DOMAIN_CODE_PREFIX = "domain:"
+
+
 def attempt(form: forms.Form, call: Callable[[], T]) -> T | None:
     """Run a service call; a domain error becomes a form error (None is returned).
 
     The error lands on the field it concerns (``field_for``), else on the form as a
-    whole; either way the message is the service's own.
+    whole, in plain words (``plain_message``); its stable code rides along for the
+    details line.
     """
     try:
         return call()
     except DomainError as exc:
-        form.add_error(field_for(form, exc), f"{exc.message} ({exc.code})")
+        field = field_for(form, exc)
+        form.add_error(
+            field,
+            forms.ValidationError(plain_message(form, exc), code=f"{DOMAIN_CODE_PREFIX}{exc.code}"),
+        )
         return None
 
 
+def plain_message(form: forms.Form, exc: DomainError) -> str:
+    """The service's message with a leading field name in the form's own words
+    ("expires_at must be ..." → "Expires (UTC) must be ...")."""
+    message = exc.message
+    for name, field in form.fields.items():
+        if message.startswith(f"{name} ") and field.label:
+            return f"{field.label}{message[len(name) :]}"
+    return message
+
+
 def field_for(form: forms.Form, exc: DomainError) -> str | None:
-    """The form field a domain error concerns: by its code, else the field its details
-    name or its message starts with (``"weight must be ..."``), else None (the form)."""
-    field = FIELD_FOR_CODE.get(exc.code)
-    if field in form.fields:
-        return field
+    """The form field a domain error concerns: by its code (or a parent class's code),
+    else the field its details name (``field``), else the field its message starts with
+    (``"weight must be ..."``), else a field named in its details, else None (the form)."""
+    for cls in type(exc).__mro__:
+        field = FIELD_FOR_CODE.get(getattr(cls, "code", ""))
+        if field in form.fields:
+            return field
+        if field == "":  # a whole-form error, whatever the details name
+            return None
+    named = exc.details.get("field")
+    if named in form.fields:
+        return str(named)
     for name in form.fields:
-        if name in exc.details or exc.details.get("field") == name:
+        if exc.message.startswith(f"{name} "):
             return name
-        if exc.message.startswith(name):
+    for name in form.fields:
+        if name in exc.details:
             return name
     return None
 

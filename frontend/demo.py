@@ -53,6 +53,7 @@ class DemoSeed:
 
     keys: dict[str, str] = field(default_factory=dict)
     people: dict[str, list[str]] = field(default_factory=dict)
+    created_people: list[str] = field(default_factory=list)
     caches: int = 0
 
 
@@ -99,13 +100,15 @@ def _prices(actor: Actor) -> None:
         )
 
 
-def _person(actor: Actor, username: str, password: str) -> Principal:
+def _person(actor: Actor, username: str, password: str) -> tuple[Principal, bool]:
+    """The demo person (created with ``password`` when missing) and whether it was new:
+    an existing person keeps the password it was created with."""
     from tenants.services.tenants import human_principal_create
 
     existing = Principal.objects.filter(username=username).first()
     if existing is not None:
-        return existing
-    return human_principal_create(actor=actor, username=username, password=password)
+        return existing, False
+    return human_principal_create(actor=actor, username=username, password=password), True
 
 
 def _bind(actor: Actor, tenant: Tenant, principal: Principal, role: str) -> None:
@@ -218,7 +221,9 @@ def demo_seed(*, data_dir: Path, password: str, worker_model: str | None) -> Dem
         tenant = Tenant.objects.get(slug=slug)
         people = []
         for suffix, role in (("admin", "tenant.admin"), ("dev", "tenant.developer")):
-            person = _person(actor, f"{slug}-{suffix}", password)
+            person, created = _person(actor, f"{slug}-{suffix}", password)
+            if created:
+                seed.created_people.append(person.username)
             _bind(actor, tenant, person, role)
             people.append(person.username)
         seed.people[slug] = people
@@ -337,6 +342,21 @@ def demo_traffic(
                 logger.info("demo traffic: %s", exc)
             time.sleep(interval)  # pacing of a bounded demo load, not waiting for work
     return ok
+
+
+TRAFFIC_MARKER = "demo-traffic-sent"
+
+
+def demo_traffic_due(*, data_dir: Path) -> bool:
+    """True until the demo's first traffic burst was started from ``data_dir``; marks it.
+
+    ``cacheplane up`` sends the demo burst on the first start only: a restart of the same
+    data directory would otherwise book another 600 requests on the demo budgets."""
+    marker = data_dir / TRAFFIC_MARKER
+    if marker.exists():
+        return False
+    marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))
+    return True
 
 
 def demo_caches_settle_start(*, worker_model: str | None) -> threading.Thread:

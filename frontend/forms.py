@@ -17,8 +17,12 @@ from caches.models import Provider, TtlPolicy
 from controlplane.display_text import display_text_validator
 from tenants.models import SLUG_VALIDATOR
 
-# Domain error code -> form field it is shown next to (else: at the top of the form).
+# Domain error code -> form field it is shown next to (else: at the top of the form;
+# "" pins an error to the top even when its details name a field).
 FIELD_FOR_CODE = {
+    "ttl_below_provider_minimum": "ttl_seconds",
+    "budget_exceeded": "",
+    "budget_near_limit": "",
     "unknown_principal": "principal",
     "unknown_role": "role",
     "invalid_expiry": "expires_at",
@@ -33,11 +37,35 @@ FIELD_FOR_CODE = {
     "rate_limit_exists": "api_key",
 }
 
+#: A price's quoted source text: the API's limit (``billing.api.serializers.prices``); the
+#: model's field is unbounded text, and seeded prices quote whole paragraphs.
+SOURCE_MAX_LENGTH = 2000
+
+
+class _QuotedTextField(forms.CharField):
+    """Text from a textarea with the line breaks it was written with: browsers submit
+    CRLF, the stored text (and the API's) uses LF."""
+
+    def to_python(self, value: Any) -> str:
+        return str(super().to_python(value)).replace("\r\n", "\n")
+
+
+def _source() -> forms.CharField:
+    """A price's source, as the API takes it: quoted text, line breaks included (the
+    seeded prices quote their published pages), up to ``SOURCE_MAX_LENGTH``; platform
+    operators write it and every page escapes it."""
+    return _QuotedTextField(
+        max_length=SOURCE_MAX_LENGTH,
+        label="Source (URL or note)",
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
+
+
 DATETIME_WIDGET = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
 DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
 
 
-def _set_choices(form: forms.Form, name: str, choices: list[tuple[str, str]]) -> None:
+def _set_choices(form: forms.Form, name: str, choices: list[tuple[str, Any]]) -> None:
     """Fill a choice field's options at bind time (they depend on the tenant)."""
     field = form.fields[name]
     assert isinstance(field, forms.ChoiceField)  # declared as one on the form class
@@ -240,7 +268,7 @@ class CacheCreateForm(forms.Form):
         error_messages={"invalid": "Letters, digits, . _ - (up to 100), starting alphanumeric."},
     )
     provider = forms.ChoiceField(choices=Provider.choices)
-    model = forms.CharField(max_length=200)
+    model = forms.ChoiceField(help_text="The catalog's models of the chosen provider.")
     system_instruction = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 8}), strip=False, label="System instruction"
     )
@@ -252,6 +280,28 @@ class CacheCreateForm(forms.Form):
     )
     ttl_seconds = forms.IntegerField(min_value=1, initial=3600, label="TTL (seconds)")
     ttl_policy = forms.ChoiceField(choices=TtlPolicy.choices, initial=TtlPolicy.FIXED)
+
+    def __init__(self, *args: Any, models: dict[str, list[str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.models = models
+        labels = dict(Provider.choices)
+        _set_choices(
+            self,
+            "model",
+            [
+                (str(labels.get(provider, provider)), [(m, m) for m in names])
+                for provider, names in models.items()
+                if names
+            ],
+        )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        provider, model = data.get("provider"), data.get("model")
+        if provider and model and model not in self.models.get(provider, []):
+            label = dict(Provider.choices).get(provider, provider)
+            self.add_error("model", f"{model} is not a {label} model: choose one of its models.")
+        return data
 
     def content(self) -> dict[str, Any]:
         data = self.cleaned_data
@@ -296,7 +346,7 @@ class ModelPriceForm(forms.Form):
     storage_per_mtok_hour = forms.DecimalField(
         min_value=0, max_digits=14, decimal_places=6, label="Storage $/Mtok·h"
     )
-    source = _text(300, label="Source (URL or note)")
+    source = _source()
 
 
 class PriceCorrectForm(ModelPriceForm):
@@ -318,7 +368,7 @@ class PoolPriceForm(forms.Form):
     )
     kv_blocks_per_gpu = forms.IntegerField(min_value=1, label="KV blocks per GPU")
     kv_block_tokens = forms.IntegerField(min_value=1, initial=16, label="Tokens per KV block")
-    source = _text(300, label="Source (URL or note)")
+    source = _source()
 
 
 class PoolPriceCorrectForm(PoolPriceForm):

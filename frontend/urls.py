@@ -5,7 +5,15 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from frontend import views, views_access, views_limits, views_manage, views_platform
+from frontend import (
+    views,
+    views_access,
+    views_history,
+    views_keys,
+    views_limits,
+    views_manage,
+    views_platform,
+)
 
 T = "t/<slug:tenant>"
 
@@ -26,6 +34,17 @@ urlpatterns = [
         "platform/workers/<str:name>/remove",
         views_platform.worker_remove,
         name="console-worker-remove",
+    ),
+    path("platform/audit/", views_history.platform_audit, name="console-platform-audit"),
+    path(
+        "platform/history/<str:target_type>/<str:target_id>/",
+        views_history.platform_object_history,
+        name="console-platform-history",
+    ),
+    path(
+        f"{T}/history/<str:target_type>/<str:target_id>/",
+        views_history.object_history,
+        name="console-history",
     ),
     path("platform/tenants/", views_platform.tenants_page, name="console-tenants"),
     path("platform/tenants/new", views_platform.tenant_create, name="console-tenant-create"),
@@ -82,9 +101,10 @@ urlpatterns = [
         name="console-sa-create",
     ),
     path(f"{T}/access/roles", views_access.role_create, name="console-role-create"),
-    path(f"{T}/keys/", views_access.keys_page, name="console-keys"),
-    path(f"{T}/keys/new", views_access.key_create, name="console-key-create"),
-    path(f"{T}/keys/<str:key_id>/revoke", views_access.key_revoke, name="console-key-revoke"),
+    path(f"{T}/keys/", views_keys.keys_page, name="console-keys"),
+    path(f"{T}/keys/new", views_keys.key_create, name="console-key-create"),
+    path(f"{T}/keys/<str:key_id>/revoke", views_keys.key_revoke, name="console-key-revoke"),
+    path(f"{T}/keys/<str:key_id>/rotate", views_keys.key_rotate, name="console-key-rotate"),
     path(f"{T}/budgets/", views_manage.budgets_page, name="console-budgets"),
     path(f"{T}/budgets/new", views_manage.budget_create, name="console-budget-create"),
     path(f"{T}/budgets/<str:budget_id>/edit", views_manage.budget_edit, name="console-budget-edit"),

@@ -13,9 +13,10 @@ from functools import wraps
 from typing import Any, cast
 from uuid import UUID
 
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from caches import selectors as cache_selectors
 from frontend import selectors
@@ -25,6 +26,62 @@ from tenants.actor import Actor
 from tenants.errors import TenantNotFound, TenantSuspended
 from tenants.selectors import tenant_list_visible
 from tenants.services.authorization import authorize
+
+#: Session key of a form posted while the session had expired (see :func:`login_required`).
+RESUME_SESSION_KEY = "console.resume"
+#: Posted fields never parked in the session: the CSRF token, passwords, secrets.
+_NOT_KEPT = ("csrfmiddlewaretoken", "password", "secret")
+
+
+def _referring_page(request: HttpRequest) -> str | None:
+    """The same-origin page a form was posted from (its path and query), else None."""
+    from urllib.parse import urlsplit
+
+    referer = request.headers.get("referer", "")
+    if not referer or not url_has_allowed_host_and_scheme(
+        referer, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return None
+    parts = urlsplit(referer)
+    return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+def login_required(view: View) -> View:
+    """Django's ``login_required``, except that a form posted after the session expired
+    is not lost: its fields (no token, no password) wait in the session, the login
+    returns to the page the form is on (not the POST-only action, which would answer an
+    empty 405), and that page fills the form in again for the user to submit again.
+    Nothing is submitted on the user's behalf."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.user.is_authenticated:
+            return view(request, *args, **kwargs)
+        if request.method != "POST":
+            return redirect_to_login(request.get_full_path())
+        page = _referring_page(request) or "/"
+        request.session[RESUME_SESSION_KEY] = {
+            "page": page,
+            "action": request.path,
+            "data": {
+                name: request.POST.getlist(name)
+                for name in request.POST
+                if not any(word in name.lower() for word in _NOT_KEPT)
+            },
+        }
+        return redirect_to_login(page)
+
+    return wrapper
+
+
+def _resume(request: HttpRequest) -> dict[str, Any] | None:
+    """The form waiting to be resumed on this page (taken once), if any."""
+    if request.method != "GET":
+        return None
+    pending = request.session.get(RESUME_SESSION_KEY)
+    if not pending or pending.get("page") != request.get_full_path():
+        return None
+    return cast(dict[str, Any], request.session.pop(RESUME_SESSION_KEY))
 
 
 def _forbidden(request: HttpRequest, message: str) -> HttpResponse:
@@ -107,7 +164,13 @@ def _context(request: ConsoleRequest, **extra: Any) -> dict[str, Any]:
     platform = authorize(principal=request.user, permission="tenants.list", tenant=None)
     # Every tenant page shows the tenant's navigation, which needs the held permissions.
     held = getattr(request, "held", None)
-    return {"switcher": visible, "is_platform": platform, "held": held, **extra}
+    return {
+        "switcher": visible,
+        "is_platform": platform,
+        "held": held,
+        "resume": _resume(request),
+        **extra,
+    }
 
 
 @login_required
@@ -171,7 +234,7 @@ def cache_page(
             tenant=request.tenant,
             cache=detail,
             page_data=detail,
-            live=detail["state"] in ("pending", "creating", "active"),
+            live=detail["live"],
             form_errors=form_errors,
             extend_form=forms.CacheExtendForm(),
             ttl_form=forms.CacheSetTtlForm(initial={"ttl_seconds": detail["ttl_seconds"]}),

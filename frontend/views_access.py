@@ -14,17 +14,22 @@ from typing import Any
 from django import forms
 from django.http import HttpResponse
 from django.shortcuts import render
-from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from frontend import forms as f
-from frontend.actions import actor, attempt, blank_form, done, invalid, no_store, uuid_or_404
+from frontend.actions import (
+    DOMAIN_CODE_PREFIX,
+    actor,
+    attempt,
+    blank_form,
+    done,
+)
 from frontend.requests import TenantPageRequest
 from frontend.views import _context, tenant_page
 from tenants import selectors as tenant_selectors
 from tenants.models import Principal, PrincipalKind, Tenant
 from tenants.permissions import TENANT_PERMISSIONS
-from tenants.services import iam, keys
+from tenants.services import iam
 
 
 def _role_names(tenant: Tenant) -> list[str]:
@@ -159,8 +164,9 @@ def policy_save(request: TenantPageRequest) -> HttpResponse:
         ),
     )
     if policy is None:
-        message = form.non_field_errors()[0] if form.non_field_errors() else "Not saved."
-        conflict = "etag_mismatch" in message
+        refused = form.non_field_errors().as_data()
+        message = str(refused[0].message) if refused else "Not saved."
+        conflict = bool(refused) and refused[0].code == f"{DOMAIN_CODE_PREFIX}etag_mismatch"
         return _access_page(
             request,
             status=409 if conflict else 400,
@@ -257,73 +263,3 @@ def role_create(request: TenantPageRequest) -> HttpResponse:
         if role is not None:
             return done(request, f"Role {role.name} created.", f"/t/{tenant.slug}/access/")
     return _access_page(request, status=400, role_form=form)
-
-
-# --- API keys ---------------------------------------------------------------------------
-
-
-def _keys_page(request: TenantPageRequest, *, status: int = 200, **extra: Any) -> HttpResponse:
-    tenant = request.tenant
-    context = _context(
-        request,
-        tenant=tenant,
-        held=request.held,
-        keys=tenant_selectors.api_key_list(tenant=tenant).order_by("-created_at")[:500],
-        key_form=extra.pop("key_form", None) or f.ApiKeyCreateForm(accounts=_accounts(tenant)),
-        now=timezone.now(),
-        **extra,
-    )
-    response = render(request, "frontend/keys.html", context)
-    response.status_code = status
-    return response
-
-
-@tenant_page("iam.get")
-def keys_page(request: TenantPageRequest) -> HttpResponse:
-    """API keys of the tenant (never their secrets), with create and revoke."""
-    return _keys_page(request)
-
-
-@tenant_page("keys.create")
-@require_POST
-def key_create(request: TenantPageRequest) -> HttpResponse:
-    """Issue a key and show its secret once, on this response only (no-store)."""
-    tenant = request.tenant
-    form = f.ApiKeyCreateForm(request.POST, accounts=_accounts(tenant))
-    if form.is_valid():
-        holder = None
-        if form.cleaned_data.get("principal"):
-            holder = (
-                tenant_selectors.service_account_list(tenant=tenant)
-                .filter(pk=form.cleaned_data["principal"])
-                .first()
-            )
-        issued = attempt(
-            form,
-            lambda: keys.api_key_create(
-                actor=actor(request),
-                tenant=tenant,
-                name=form.cleaned_data["name"],
-                principal=holder,
-                expires_at=form.cleaned_data.get("expires_at"),
-            ),
-        )
-        if issued is not None:
-            return no_store(_keys_page(request, issued=issued))
-    return invalid(_keys_page(request, key_form=form))
-
-
-@tenant_page("keys.revoke")
-@require_POST
-def key_revoke(request: TenantPageRequest, key_id: str) -> HttpResponse:
-    tenant = request.tenant
-    form = blank_form()
-    key = attempt(
-        form,
-        lambda: keys.api_key_revoke(
-            actor=actor(request), tenant=tenant, key_id=uuid_or_404(key_id)
-        ),
-    )
-    if key is None:
-        return invalid(_keys_page(request, revoke_errors=form.non_field_errors()))
-    return done(request, f"Key {key.name} revoked.", f"/t/{tenant.slug}/keys/")

@@ -20,6 +20,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from billing.errors import BudgetExceeded, BudgetNearLimit
 from billing.models import Budget
 from billing.selectors import budgets as budget_selectors
 from billing.services import budget_crud
@@ -32,6 +33,8 @@ from controlplane.errors import DomainError
 from frontend import forms as f
 from frontend.actions import actor, attempt, blank_form, done, invalid, no_store, uuid_or_404
 from frontend.requests import TenantPageRequest
+from frontend.selectors.budgets import budget_refusal_text, cache_budget_preview
+from frontend.selectors.common import budget_display_rows
 from frontend.views import _context, tenant_page
 from tenants.models import Tenant
 
@@ -40,30 +43,24 @@ MICROS = Decimal(1_000_000)
 
 def _budget_rows(tenant: Tenant) -> list[dict[str, Any]]:
     budgets = list(budget_selectors.budget_list(tenant=tenant)[:200])
-    periods = budget_selectors.budget_current_periods(
-        tenant=tenant, budgets=budgets, at=timezone.now()
-    )
-    rows = []
-    for b in budgets:
-        period = periods.get(b.pk)
-        rows.append(
-            {
-                "budget": b,
-                "limit_usd": Decimal(b.limit_micros) / MICROS,
-                "spent_usd": Decimal(period.spent_micros) / MICROS if period else Decimal(0),
-                "form": f.BudgetEditForm(
-                    prefix=f"b{b.pk.hex[:8]}",
-                    initial={
-                        "name": b.name,
-                        "limit_usd": Decimal(b.limit_micros) / MICROS,
-                        "thresholds": ", ".join(str(t) for t in b.thresholds),
-                        "hard_limit": b.hard_limit,
-                        "webhook_url": b.webhook_url,
-                    },
-                ),
-            }
-        )
-    return rows
+    figures = budget_display_rows(tenant=tenant, budgets=budgets, at=timezone.now())
+    return [
+        {
+            "budget": b,
+            "figure": figure,
+            "form": f.BudgetEditForm(
+                prefix=f"b{b.pk.hex[:8]}",
+                initial={
+                    "name": b.name,
+                    "limit_usd": Decimal(b.limit_micros) / MICROS,
+                    "thresholds": ", ".join(str(t) for t in b.thresholds),
+                    "hard_limit": b.hard_limit,
+                    "webhook_url": b.webhook_url,
+                },
+            ),
+        }
+        for b, figure in zip(budgets, figures, strict=True)
+    ]
 
 
 def budgets_render(request: TenantPageRequest, *, status: int = 200, **extra: Any) -> HttpResponse:
@@ -187,6 +184,14 @@ def _models_for(provider: str) -> list[str]:
     return sorted(catalog.vllm_models())
 
 
+def _catalog() -> dict[str, list[str]]:
+    """Provider → the catalog's models, the choices of the form's Model select."""
+    return {
+        Provider.VLLM: _models_for(Provider.VLLM),
+        Provider.VERTEX: _models_for(Provider.VERTEX),
+    }
+
+
 def _estimate(
     *, provider: str, model: str, content: CacheContent, ttl_seconds: int
 ) -> dict[str, Any]:
@@ -207,8 +212,31 @@ def _estimate(
             at=timezone.now(),
         )
     except DomainError as exc:
-        return {"tokens": tokens, "storage_usd": None, "unpriced": exc.message}
-    return {"tokens": tokens, "storage_usd": Decimal(micros) / MICROS, "unpriced": None}
+        return {
+            "tokens": tokens,
+            "storage_usd": None,
+            "storage_micros": None,
+            "unpriced": exc.message,
+        }
+    return {
+        "tokens": tokens,
+        "storage_usd": Decimal(micros) / MICROS,
+        "storage_micros": micros,
+        "unpriced": None,
+    }
+
+
+def _cache_create(request: TenantPageRequest, *, spec: lifecycle.CacheSpec) -> Any:
+    """``cache_create``; a budget refusal is re-worded to name the budget and amounts."""
+    try:
+        return lifecycle.cache_create(
+            tenant=request.tenant, actor=actor(request), spec=spec, idempotency_key=None
+        )
+    except BudgetExceeded as exc:
+        text = budget_refusal_text(
+            tenant=request.tenant, details=exc.details, near=isinstance(exc, BudgetNearLimit)
+        )
+        raise type(exc)(text, details=exc.details) from None
 
 
 @tenant_page("caches.create")
@@ -222,20 +250,26 @@ def cache_new(request: TenantPageRequest) -> HttpResponse:
     preview = None
     status = 200
     if request.method == "POST":
-        form = f.CacheCreateForm(request.POST)
+        form = f.CacheCreateForm(request.POST, models=_catalog())
         if form.is_valid():
             data = form.cleaned_data
             content = form.content()
             if "preview" in request.POST:
                 lint = attempt(form, lambda: lifecycle.cache_lint(content=content))
                 if lint is not None:
+                    estimate = _estimate(
+                        provider=data["provider"],
+                        model=data["model"],
+                        content=CacheContent.from_dict(content),
+                        ttl_seconds=data["ttl_seconds"],
+                    )
                     preview = {
                         "findings": lint,
-                        **_estimate(
-                            provider=data["provider"],
-                            model=data["model"],
-                            content=CacheContent.from_dict(content),
-                            ttl_seconds=data["ttl_seconds"],
+                        **estimate,
+                        "budgets": cache_budget_preview(
+                            tenant=tenant,
+                            principal=request.user,
+                            estimate_micros=estimate["storage_micros"],
                         ),
                     }
             else:
@@ -249,12 +283,7 @@ def cache_new(request: TenantPageRequest) -> HttpResponse:
                     replication_factor=1,
                     prewarm_cron="",
                 )
-                outcome = attempt(
-                    form,
-                    lambda: lifecycle.cache_create(
-                        tenant=tenant, actor=actor(request), spec=spec, idempotency_key=None
-                    ),
-                )
+                outcome = attempt(form, lambda: _cache_create(request, spec=spec))
                 if outcome is not None:
                     verb = "Creating" if outcome.created else "Already live:"
                     return done(
@@ -265,7 +294,7 @@ def cache_new(request: TenantPageRequest) -> HttpResponse:
         if not form.is_valid():
             status = 400
     else:
-        form = f.CacheCreateForm(initial={"provider": Provider.VLLM})
+        form = f.CacheCreateForm(initial={"provider": Provider.VLLM}, models=_catalog())
     context = _context(
         request,
         tenant=tenant,

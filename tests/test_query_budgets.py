@@ -42,7 +42,7 @@ API_BUDGETS: dict[str, int] = {
 CONSOLE_BUDGETS: dict[str, int] = {
     "/t/{t}/": 19,
     "/t/{t}/access/": 11,
-    "/t/{t}/keys/": 9,
+    "/t/{t}/keys/": 14,  # + spend, budgets, their periods, rate limits, role holders
     "/t/{t}/budgets/": 11,  # budgets, alerts and the rate limits
     "/t/{t}/audit/": 7,
     "/t/{t}/break-even/": 10,

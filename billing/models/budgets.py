@@ -171,7 +171,11 @@ class WebhookState(models.TextChoices):
 
 
 class BudgetAlert(models.Model):
-    """A budget period crossed a threshold (raised once per threshold per period)."""
+    """A budget period crossed a threshold (raised once per threshold per period).
+
+    ``spent_micros`` is the figure that crossed it: spent + reserved at that moment (the
+    alert basis, ``billing.selectors.budgets.ALERT_BASIS``).
+    """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")

@@ -2,8 +2,11 @@
 budgets)."""
 
 from billing.selectors.budgets import (
+    ALERT_BASIS,
+    BudgetFigure,
     budget_alert_list,
     budget_current_periods,
+    budget_figures,
     budget_get,
     budget_list,
 )
@@ -25,9 +28,12 @@ from billing.selectors.usage import (
 from billing.selectors.usage_quotes import usage_cost_quote, usage_estimate_micros
 
 __all__ = [
+    "ALERT_BASIS",
+    "BudgetFigure",
     "PriceIndex",
     "budget_alert_list",
     "budget_current_periods",
+    "budget_figures",
     "budget_get",
     "budget_list",
     "model_price_list",

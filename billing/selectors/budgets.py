@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
@@ -33,6 +34,88 @@ def budget_current_periods(
         period_end__gt=at,
     )
     return {p.budget_id: p for p in periods}
+
+
+#: What a budget's thresholds, meters and percentages compare with its limit. The hard
+#: limit refuses a request when spent + reserved + its estimate would pass the limit, so
+#: the meter and the alerts count the same spent + reserved (not spent alone).
+ALERT_BASIS = "spent_plus_reserved"
+ALERT_BASIS_TEXT = "spent + reserved (in flight)"
+
+
+@dataclass(frozen=True)
+class BudgetFigure:
+    """One budget's figures for its current period (micro-USD): the one source of the
+    budgets page, the tenant page, the REST API and the live tile."""
+
+    budget_id: UUID
+    name: str
+    hard_limit: bool
+    limit_micros: int
+    spent_micros: int
+    reserved_micros: int
+    period_start: datetime | None
+    period_end: datetime | None
+
+    @property
+    def committed_micros(self) -> int:
+        """Spent plus reserved: what the hard limit and the alerts compare."""
+        return self.spent_micros + self.reserved_micros
+
+    @property
+    def remaining_micros(self) -> int:
+        return max(0, self.limit_micros - self.committed_micros)
+
+    @property
+    def used_percent(self) -> float:
+        """Committed as a percentage of the limit (may pass 100: settled overruns)."""
+        if self.limit_micros <= 0:
+            return 0.0
+        return round(self.committed_micros * 100 / self.limit_micros, 2)
+
+    def as_dict(self) -> dict[str, object]:
+        """The wire shape (API and live tile): integer micro-USD, ISO times."""
+        return {
+            "budget": str(self.budget_id),
+            "name": self.name,
+            "hard_limit": self.hard_limit,
+            "limit_micros": self.limit_micros,
+            "spent_micros": self.spent_micros,
+            "reserved_micros": self.reserved_micros,
+            "committed_micros": self.committed_micros,
+            "remaining_micros": self.remaining_micros,
+            "used_percent": self.used_percent,
+            "alert_basis": ALERT_BASIS,
+            "period_start": self.period_start.isoformat() if self.period_start else None,
+            "period_end": self.period_end.isoformat() if self.period_end else None,
+        }
+
+
+def budget_figures(
+    *, tenant: Tenant, budgets: list[Budget], at: datetime
+) -> dict[UUID, BudgetFigure]:
+    """``{budget_id: BudgetFigure}`` at ``at``: spent, reserved, remaining (one query).
+
+    THE budget figure: every page, the API and the live tile read it here, so they never
+    disagree. It reads the ``BudgetPeriod`` row (spent as settled there, reserved as held
+    there); a budget whose current period has no row yet has spent and reserved 0 and
+    the budget's own limit.
+    """
+    periods = budget_current_periods(tenant=tenant, budgets=budgets, at=at)
+    figures = {}
+    for budget in budgets:
+        period = periods.get(budget.pk)
+        figures[budget.pk] = BudgetFigure(
+            budget_id=budget.pk,
+            name=budget.name,
+            hard_limit=period.hard_limit if period else budget.hard_limit,
+            limit_micros=period.limit_micros if period else budget.limit_micros,
+            spent_micros=period.spent_micros if period else 0,
+            reserved_micros=period.reserved_micros if period else 0,
+            period_start=period.period_start if period else None,
+            period_end=period.period_end if period else None,
+        )
+    return figures
 
 
 def budget_alert_list(*, tenant: Tenant, budget_id: str | None = None) -> QuerySet[BudgetAlert]:

@@ -1,4 +1,4 @@
-"""Budget threshold alerts: one alert row per threshold a period's spend newly crosses.
+"""Budget threshold alerts: one alert row per threshold a period's spent + reserved reaches.
 
 Called inside the transaction that moved the spend (settlement, the hold flush), so the
 alert, its audit event and the spend commit together; the live event and the webhook
@@ -14,23 +14,44 @@ from uuid import UUID
 from django.db import connection, transaction
 
 from audit.services import audit_record
-from billing.models import Budget, BudgetAlert, WebhookState
+from billing.models import Budget, BudgetAlert, BudgetPeriod, WebhookState
+from billing.selectors.budgets import ALERT_BASIS
 from tenants.actor import Actor
 
 
 def budget_alerts_raise(*, tenant_id: UUID | str, moved: list[dict[str, Any]]) -> list[BudgetAlert]:
-    """Insert one alert per threshold newly crossed (the unique key makes it once only)."""
+    """Insert one alert per threshold that spent + reserved has reached (once per period).
+
+    ``moved``: the period rows a write just changed (``period_id``, ``budget_id``,
+    ``new_spent``, ``limit``), read back inside that write's transaction. The basis is
+    ``billing.selectors.budgets.ALERT_BASIS``, spent + reserved, the sum the hard limit
+    and every meter compare, so an alert fires no later than the first refusal. The
+    unique key (period, threshold) makes each alert once only, whatever the caller.
+    """
     raised: list[BudgetAlert] = []
-    crossing = [m for m in moved if m["new_spent"] > m["old_spent"]]
-    if not crossing:
+    if not moved:
         return raised
+    period_ids = [m["period_id"] for m in moved]
+    # all_tenants: rows loaded by id within the caller's transaction; tenant is on the row
+    reserved = dict(
+        BudgetPeriod.objects.all_tenants()
+        .filter(pk__in=period_ids)
+        .values_list("pk", "reserved_micros")
+    )
+    already = set(
+        BudgetAlert.objects.all_tenants()
+        .filter(period_id__in=period_ids)
+        .values_list("period_id", "threshold")
+    )
     # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
-    budgets = Budget.objects.all_tenants().in_bulk([m["budget_id"] for m in crossing])
-    for m in crossing:
+    budgets = Budget.objects.all_tenants().in_bulk([m["budget_id"] for m in moved])
+    for m in moved:
         budget = budgets[m["budget_id"]]
+        held = reserved.get(m["period_id"], 0)
+        committed = m["new_spent"] + held
         for threshold in sorted(budget.thresholds):
-            # Integer comparison: spent/limit >= t% without any float.
-            if not m["old_spent"] * 100 < threshold * m["limit"] <= m["new_spent"] * 100:
+            # Integer comparison: committed/limit >= t% without any float.
+            if (m["period_id"], threshold) in already or threshold * m["limit"] > committed * 100:
                 continue
             with connection.cursor() as cursor:
                 cursor.execute(
@@ -44,7 +65,7 @@ def budget_alerts_raise(*, tenant_id: UUID | str, moved: list[dict[str, Any]]) -
                         budget.pk,
                         m["period_id"],
                         threshold,
-                        m["new_spent"],
+                        committed,
                         m["limit"],
                         WebhookState.PENDING if budget.webhook_url else WebhookState.NONE,
                     ],
@@ -62,7 +83,9 @@ def budget_alerts_raise(*, tenant_id: UUID | str, moved: list[dict[str, Any]]) -
                 target_id=str(budget.pk),
                 details={
                     "threshold": threshold,
+                    "basis": ALERT_BASIS,
                     "spent_micros": m["new_spent"],
+                    "reserved_micros": held,
                     "limit_micros": m["limit"],
                     "alert": str(alert.pk),
                 },
@@ -74,6 +97,8 @@ def budget_alerts_raise(*, tenant_id: UUID | str, moved: list[dict[str, Any]]) -
                 "threshold": threshold,
                 "tenant": alert.tenant.slug,
                 "spent_micros": m["new_spent"],
+                "reserved_micros": held,
+                "basis": ALERT_BASIS,
                 "limit_micros": m["limit"],
             }
             publish_on_commit(tenant_group(tenant_id, "alerts"), "billing.alert", event)

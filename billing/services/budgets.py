@@ -100,6 +100,7 @@ def budget_reserve(
         key=lambda p: p.pk,
     )
     reservation.period_ids = [p.pk for p in periods]
+    thresholds = {b.pk: b.thresholds for b in budgets}
     refused: BudgetPeriod | None = None
     with transaction.atomic():
         try:
@@ -108,19 +109,34 @@ def budget_reserve(
         except IntegrityError:
             # A replay (or a concurrent duplicate, which waited for the first to commit).
             return BudgetReservation.objects.get(tenant=tenant, request_id=request_id)
+        moved = []
         with connection.cursor() as cursor:
             for period in periods:
                 cursor.execute(
                     "UPDATE billing_budgetperiod SET reserved_micros = reserved_micros + %s "
                     "WHERE id = %s AND (NOT hard_limit OR "
-                    "spent_micros + reserved_micros + %s <= limit_micros) RETURNING id",
+                    "spent_micros + reserved_micros + %s <= limit_micros) "
+                    "RETURNING id, budget_id, spent_micros, limit_micros, reserved_micros",
                     [estimate_micros, period.pk, estimate_micros],
                 )
-                if cursor.fetchone() is None:
+                row = cursor.fetchone()
+                if row is None:
                     refused = period
                     break
+                if _crosses(thresholds.get(row[1], []), row[2] + row[4], estimate_micros, row[3]):
+                    moved.append(
+                        {
+                            "period_id": row[0],
+                            "budget_id": row[1],
+                            "new_spent": row[2],
+                            "limit": row[3],
+                        }
+                    )
         if refused is not None:
             transaction.set_rollback(True)
+        elif moved:
+            # Alerts count spent + reserved: a hold can cross a threshold by itself.
+            budget_alerts_raise(tenant_id=tenant.pk, moved=moved)
     if refused is None:
         return reservation
     refused.refresh_from_db()
@@ -142,6 +158,12 @@ def budget_reserve(
         details={**details, "request_id": request_id},
     )
     raise BudgetExceeded("The request would exceed the budget's hard limit.", details=details)
+
+
+def _crosses(thresholds: list[int], committed: int, added: int, limit: int) -> bool:
+    """Did adding ``added`` take spent + reserved across a threshold (integer maths)?
+    Keeps the hot path free of alert queries unless one may be due."""
+    return any((committed - added) * 100 < t * limit <= committed * 100 for t in thresholds)
 
 
 def budget_reserve_cache_storage(

@@ -114,6 +114,7 @@ def worker_rows() -> list[dict[str, Any]]:
 
     return [
         {
+            "id": str(w.pk),
             "name": w.name,
             "pool": w.pool,
             "model": w.model,

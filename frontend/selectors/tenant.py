@@ -15,7 +15,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from caches.models import LIVE_STATES, CacheObject
-from frontend.selectors.common import month_bounds, usd
+from frontend.selectors.common import budget_display_rows, month_bounds, usd
 from frontend.selectors.series import hit_series
 from tenants.models import ApiKey, Principal, RoleBinding, Tenant
 from tenants.services.authorization import principal_permissions
@@ -23,39 +23,18 @@ from tenants.services.authorization import principal_permissions
 
 def tenant_spend_section(*, tenant: Tenant, now: datetime) -> dict[str, Any]:
     """Month-to-date spend, budget, projection to the end of the month, saved vs spent."""
-    from billing.selectors.budgets import budget_current_periods, budget_list
+    from billing.selectors.budgets import budget_list
     from billing.selectors.usage import savings_summary
 
     start, end = month_bounds(now)
     savings = savings_summary(tenant=tenant, since=start, until=now + timedelta(minutes=1))
     elapsed = max((now - start).total_seconds(), 60.0)
     projection = int(savings.spent_micros * (end - start).total_seconds() / elapsed)
-    budgets = list(budget_list(tenant=tenant)[:10])
-    periods = budget_current_periods(tenant=tenant, budgets=budgets, at=now)
-    budget_rows = []
-    # One spend figure per page: a budget's meter here shows the ledger's spend over the
-    # budget's current period (the same source and definition as "Spent this month"), so
-    # the two never disagree while traffic runs. The figure the gateway enforces (settled
-    # holds, a few seconds apart) is on the budgets page.
-    ledger_since: dict[datetime, int] = {start: savings.spent_micros}
-    for budget in budgets:
-        period = periods.get(budget.pk)
-        since = period.period_start if period else start
-        if since not in ledger_since:
-            ledger_since[since] = savings_summary(
-                tenant=tenant, since=since, until=now + timedelta(minutes=1)
-            ).spent_micros
-        budget_rows.append(
-            {
-                "id": str(budget.pk),
-                "name": budget.name,
-                "period": budget.period,
-                "hard_limit": budget.hard_limit,
-                "limit_usd": usd(budget.limit_micros),
-                "spent_usd": usd(ledger_since[since]),
-                "reserved_usd": usd(period.reserved_micros) if period else 0.0,
-            }
-        )
+    # The budgets' figures are the budgets page's and the API's (billing's one selector):
+    # what the gateway counts against the limit, spent + reserved.
+    budget_rows = budget_display_rows(
+        tenant=tenant, budgets=list(budget_list(tenant=tenant)[:10]), at=now
+    )
     return {
         "month_start": start.isoformat(),
         "month_end": end.isoformat(),
@@ -97,6 +76,7 @@ def tenant_summary(*, tenant: Tenant, principal: Principal) -> dict[str, Any]:
                 "provider": c.provider,
                 "model": c.model,
                 "state": c.state,
+                "live": c.is_live,
                 "expire_at": c.expire_at.isoformat() if c.expire_at else None,
                 "ttl_policy": c.ttl_policy,
                 "token_count": c.token_count,
@@ -163,6 +143,9 @@ def cache_detail(*, tenant: Tenant, cache: CacheObject) -> dict[str, Any]:
         "provider": cache.provider,
         "model": cache.model,
         "state": cache.state,
+        # The caches app's own definition (refreshing included): the page and its live
+        # updates keep the actions while the cache is live, and never decide it again.
+        "live": cache.is_live,
         "ttl_policy": cache.ttl_policy,
         "ttl_seconds": cache.ttl_seconds,
         "expire_at": cache.expire_at.isoformat() if cache.expire_at else None,

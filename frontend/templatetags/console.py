@@ -99,3 +99,26 @@ def rate(value: object) -> str:
         return "—"
     text = f"{number.normalize():f}"
     return text if "." not in text else text.rstrip("0").rstrip(".")
+
+
+@register.filter
+def error_items(errors: object) -> list[dict[str, str]]:
+    """A bound field's (or form's) errors as ``{"message", "code"}``: the message in plain
+    words, the stable code only for errors a service raised (``frontend.actions``)."""
+    from django.forms.utils import ErrorList
+
+    from frontend.actions import DOMAIN_CODE_PREFIX
+
+    items = []
+    for error in errors.as_data() if isinstance(errors, ErrorList) else []:
+        code = error.code or ""
+        for message in error:
+            items.append(
+                {
+                    "message": str(message),
+                    "code": code[len(DOMAIN_CODE_PREFIX) :]
+                    if code.startswith(DOMAIN_CODE_PREFIX)
+                    else "",
+                }
+            )
+    return items

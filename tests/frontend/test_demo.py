@@ -75,3 +75,27 @@ def test_demo_traffic_goes_through_the_demo_caches_on_both_providers_with_a_plai
         assert [m["role"] for m in cached["messages"]] == ["user"]
         assert [m["role"] for m in plain["messages"]] == ["system", "user"]
         assert "cache" not in plain and plain["model"] == cached["model"]
+
+
+def test_a_restart_prints_no_new_demo_password_and_sends_no_second_burst(
+    platform_admin, tmp_path, monkeypatch
+) -> None:
+    """``cacheplane up`` again: the people keep their password, so none is printed, and
+    the 600 demo requests went out on the first start only."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from frontend.demo import demo_traffic_due
+
+    monkeypatch.setenv("CACHEPLANE_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("CACHEPLANE_DEMO_PASSWORD", raising=False)
+    first, again = StringIO(), StringIO()
+    call_command("demo", "--requests", "0", stdout=first)
+    call_command("demo", "--requests", "0", stdout=again)
+    assert "with password: " in first.getvalue()
+    password = first.getvalue().split("with password: ")[1].split()[0]
+    assert password not in again.getvalue() and "keep the password" in again.getvalue()
+    assert Principal.objects.get(username="acme-legal-admin").check_password(password)
+    assert demo_traffic_due(data_dir=tmp_path) is True  # the first start sends it
+    assert demo_traffic_due(data_dir=tmp_path) is False  # every restart after does not

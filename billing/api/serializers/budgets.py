@@ -16,11 +16,20 @@ from controlplane.display_text import display_text_validator
 
 
 class BudgetPeriodOut(serializers.Serializer[BudgetPeriod]):
+    """The current period's figures, from ``billing.selectors.budget_figures`` (the same
+    function the console's pages and live tile read)."""
+
     period_start = serializers.DateTimeField()
     period_end = serializers.DateTimeField()
-    spent_micros = serializers.IntegerField()
-    reserved_micros = serializers.IntegerField()
+    spent_micros = serializers.IntegerField(help_text="Settled spend this period.")
+    reserved_micros = serializers.IntegerField(help_text="Held for work in flight.")
     limit_micros = serializers.IntegerField()
+    committed_micros = serializers.IntegerField(help_text="spent + reserved.")
+    remaining_micros = serializers.IntegerField(help_text="limit - spent - reserved, >= 0.")
+    used_percent = serializers.FloatField(help_text="committed as % of the limit.")
+    alert_basis = serializers.CharField(
+        help_text="What thresholds compare: spent_plus_reserved (the hard limit's basis)."
+    )
 
 
 class BudgetOut(serializers.ModelSerializer[Budget]):
@@ -48,8 +57,10 @@ class BudgetOut(serializers.ModelSerializer[Budget]):
 
     @extend_schema_field(BudgetPeriodOut(allow_null=True))
     def get_current_period(self, budget: Budget) -> dict[str, Any] | None:
-        period = self.context.get("periods", {}).get(budget.pk)
-        return BudgetPeriodOut(period).data if period is not None else None
+        figure = self.context.get("figures", {}).get(budget.pk)
+        if figure is None or figure.period_start is None:
+            return None
+        return BudgetPeriodOut(figure.as_dict()).data
 
 
 class BudgetSecretOut(BudgetOut):

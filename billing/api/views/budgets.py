@@ -47,10 +47,8 @@ class BudgetViewSet(TenantScopedMixin, viewsets.GenericViewSet[Budget]):
         many: bool = False,
     ) -> object:
         items = budgets if isinstance(budgets, list) else [budgets]
-        periods = selectors.budget_current_periods(
-            tenant=self.tenant, budgets=items, at=timezone.now()
-        )
-        return serializer_class(budgets, many=many, context={"periods": periods}).data
+        figures = selectors.budget_figures(tenant=self.tenant, budgets=items, at=timezone.now())
+        return serializer_class(budgets, many=many, context={"figures": figures}).data
 
     def _budget(self, pk: str) -> Budget:
         budget = selectors.budget_get(tenant=self.tenant, budget_id=_uuid(pk))

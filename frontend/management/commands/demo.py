@@ -14,6 +14,7 @@ from frontend.demo import (
     demo_caches_settle_start,
     demo_seed,
     demo_traffic,
+    demo_traffic_due,
     demo_traffic_start,
 )
 
@@ -30,6 +31,11 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=1.0)
         parser.add_argument("--model", default="cacheplane/ref-tiny")
         parser.add_argument(
+            "--first-start",
+            action="store_true",
+            help="send the traffic only if this data directory never sent it (`cacheplane up`)",
+        )
+        parser.add_argument(
             "--background",
             action="store_true",
             help="send the traffic from a daemon thread and return (used by `cacheplane up`)",
@@ -45,14 +51,34 @@ class Command(BaseCommand):
         seed = demo_seed(data_dir=data_dir, password=password, worker_model=served)
         for slug, people in seed.people.items():
             self.stdout.write(f"{slug}: people {', '.join(people)}; key {seed.keys[slug][:12]}…")
-        if not os.environ.get("CACHEPLANE_DEMO_PASSWORD"):
-            self.stdout.write(f"Demo people's password (new accounts only): {password}")
+        if seed.created_people:
+            # Only for people created now: existing ones keep the password they were
+            # created with (printing a fresh one on every restart showed one that fails).
+            shown = (
+                "(from CACHEPLANE_DEMO_PASSWORD)"
+                if os.environ.get("CACHEPLANE_DEMO_PASSWORD")
+                else password
+            )
+            self.stdout.write(
+                f"Created demo people {', '.join(seed.created_people)} with password: {shown}"
+            )
+        else:
+            self.stdout.write(
+                "Demo people exist already and keep the password printed when they were "
+                "created (or CACHEPLANE_DEMO_PASSWORD's value then)."
+            )
         self.stdout.write(f"Demo keys in {data_dir / 'demo-keys.json'} (mode 0600).")
         if options["background"]:
             demo_caches_settle_start(worker_model=served)  # re-creates a failed demo cache
         else:
             for label, state in demo_caches_settle(worker_model=served, timeout=60).items():
                 self.stdout.write(f"Demo cache {label}: {state}")
+        if options["first_start"] and not demo_traffic_due(data_dir=data_dir):
+            self.stdout.write(
+                "Demo traffic was sent on this data directory's first start; "
+                "`cacheplane demo --requests N` sends more."
+            )
+            options["requests"] = 0
         if options["requests"] > 0 and options["background"]:
             demo_traffic_start(
                 base_url=options["url"],

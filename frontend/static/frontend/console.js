@@ -25,7 +25,10 @@
     toast.timer = setTimeout(() => { el.className = "toast"; }, 4000);
   }
   function setText(id, text) { const el = document.getElementById(id); if (el) el.textContent = text; }
-  function usd(v) { const n = Number(v || 0); return "$" + n.toFixed(n !== 0 && Math.abs(n) < 1 ? 4 : 2); }
+  function usd(v) {  // as the server's |usd filter: 4 places below $1, thousands separated
+    const n = Number(v || 0), places = n !== 0 && Math.abs(n) < 1 ? 4 : 2;
+    return "$" + n.toLocaleString("en-US", {minimumFractionDigits: places, maximumFractionDigits: places});
+  }
   function money(v) {  // axis ticks: "$0.00012", "$1.5", never "1.2E-4"
     const n = Number(v || 0);
     if (n === 0) return "$0";
@@ -257,7 +260,9 @@
   }
 
   // --- Renderers ---------------------------------------------------------------------
-  const LIVE = new Set(["pending", "creating", "active"]);
+  // caches.models.LIVE_STATES; the server's own "live" wins when the payload carries it.
+  const LIVE = new Set(["pending", "creating", "active", "refreshing"]);
+  const isLive = (c) => (typeof c.live === "boolean" ? c.live : LIVE.has(c.state));
   function renderTenant(s) {
     if (s.spend) {
       setText("tile-spent", usd(s.spend.spent_usd));
@@ -265,11 +270,14 @@
       setText("tile-hit-rate", pct(s.spend.hit_ratio));
       const asOf = document.getElementById("spend-as-of");
       if (asOf) asOf.replaceChildren(timeEl(s.generated_at));
-      (s.spend.budgets || []).forEach((b) => {  // the same ledger figure as the tile
+      (s.spend.budgets || []).forEach((b) => {  // billing's one budget figure (budget_figures)
         const row = document.querySelector(`.budget[data-budget="${CSS.escape(b.id)}"]`);
         if (!row) return;
-        row.querySelector(".budget-spent").textContent = usd(b.spent_usd);
-        row.querySelector("meter").value = b.limit_usd ? Math.min(1, b.spent_usd / b.limit_usd) : 0;
+        for (const k of ["committed", "spent", "reserved", "remaining"]) {
+          const el = row.querySelector(`.budget-${k}`);
+          if (el) el.textContent = usd(b[`${k}_usd`]);
+        }
+        row.querySelector("meter").value = b.used_fraction;
       });
     }
     if (s.caches) {
@@ -290,7 +298,7 @@
         cells[1].textContent = c.provider; cells[2].textContent = c.model;
         const badge = document.createElement("span"); badge.className = "state state-" + c.state; badge.dataset.role = "state"; badge.textContent = c.state;
         cells[3].appendChild(badge);
-        if (LIVE.has(c.state)) {
+        if (isLive(c)) {
           const cd = document.createElement("span"); cd.className = "countdown"; cd.dataset.expire = c.expire_at || ""; cells[4].appendChild(cd);
           const pol = document.createElement("span"); pol.className = "muted"; pol.textContent = " " + c.ttl_policy; cells[4].appendChild(pol);
         } else { const e = document.createElement("span"); e.className = "muted"; e.textContent = "ended"; cells[4].appendChild(e); }
@@ -350,9 +358,9 @@
     if (badge) { badge.textContent = c.state; badge.className = "state state-" + c.state; }
     setText("cache-hits", c.hit_count);
     const cd = document.getElementById("cache-countdown");
-    if (cd && LIVE.has(c.state)) cd.dataset.expire = c.expire_at || "";
+    if (cd && isLive(c)) cd.dataset.expire = c.expire_at || "";
     else if (cd) { cd.className = "muted"; cd.textContent = "ended"; }
-    if (!LIVE.has(c.state)) { const actions = document.getElementById("cache-actions"); if (actions) actions.remove(); }
+    if (!isLive(c)) { const actions = document.getElementById("cache-actions"); if (actions) actions.remove(); }
     const tl = document.getElementById("timeline");
     if (tl) {
       tl.replaceChildren();
@@ -374,6 +382,7 @@
       if (kind === "tenant") renderTenant(data);
       else if (kind === "platform" || kind === "workers") renderPlatform(data);
       else if (kind === "cache") renderCache(data);
+      page.dataset.refreshed = String(Number(page.dataset.refreshed || 0) + 1);  // tests wait on it
     } catch (e) { /* the next reconnect retries */ }
   }
 
@@ -396,9 +405,9 @@
     } else if (msg.event === "workers.snapshot") {
       renderWorkers(p.workers || []);
     } else if (msg.event && msg.event.startsWith("billing.alert")) {
-      toast(`Budget alert: ${p.budget || ""} ${p.threshold || ""} %`, true);
+      toast(`Budget alert: ${p.budget || ""} spent + reserved crossed ${p.threshold || ""} %`, true);
       const list = document.getElementById("alerts");
-      if (list) { const li = document.createElement("li"); li.textContent = `${p.budget} crossed ${p.threshold} %`; list.prepend(li); }
+      if (list) { const li = document.createElement("li"); li.textContent = `${p.budget}: spent + reserved crossed ${p.threshold} %`; list.prepend(li); }
     }
     window.__cacheplaneLastEvent = { event: msg.event, at: Date.now() };
     if (msg.sent_at) {  // event-to-DOM latency, read by bench/console_latency.py
@@ -468,7 +477,8 @@
       try { ex = await getJSON(url); } catch (e) { status.textContent = "Could not read the export's status."; return; }
       if (ex.status === "succeeded") {
         const a = document.createElement("a"); a.href = ex.download_url || url + "/download"; a.id = "export-download";
-        a.textContent = `Download ${ex.format.toUpperCase()} (${ex.event_count ?? ""} events)`; a.setAttribute("download", "");
+        const n = ex.total ?? ex.event_count;  // the export API's field is "total"
+        a.textContent = `Download ${ex.format.toUpperCase()}` + (n === undefined || n === null ? "" : ` (${Number(n).toLocaleString("en-US")} ${n === 1 ? "event" : "events"})`); a.setAttribute("download", "");
         status.replaceChildren(a); return;
       }
       if (ex.status === "failed") { status.textContent = "Export failed: " + ((ex.error && ex.error.message) || "unknown error"); return; }
@@ -542,8 +552,54 @@
     });
   }
 
+  // --- A form posted after the session expired: its entries, restored (frontend.views) ---
+  function resumeForm() {
+    const el = document.getElementById("console-resume");
+    if (!el) return;
+    const pending = JSON.parse(el.textContent);
+    const form = [...document.querySelectorAll("form[action]")].find((f) => new URL(f.action, location.href).pathname === pending.action);
+    if (!form) return;
+    Object.entries(pending.data || {}).forEach(([name, values]) => {
+      const field = form.elements.namedItem(name);
+      if (!field) return;
+      const nodes = field instanceof RadioNodeList ? [...field] : [field];
+      nodes.forEach((node) => {
+        if (node.type === "checkbox" || node.type === "radio") node.checked = values.includes(node.value);
+        else if (node.multiple) [...node.options].forEach((o) => { o.selected = values.includes(o.value); });
+        else node.value = values[0] ?? "";
+      });
+    });
+    // An unchecked box is absent from a post: absent here means unchecked.
+    form.querySelectorAll("input[type=checkbox]").forEach((box) => { if (!(box.name in (pending.data || {}))) box.checked = false; });
+    const details = form.closest("details"); if (details) details.open = true;
+    form.dataset.resumed = "true";
+    form.scrollIntoView({ block: "center" });
+  }
+
+  // --- New cache: the Model select offers the chosen provider's models only ------------
+  function modelsFollowProvider() {
+    const form = document.getElementById("cache-form");
+    if (!form || !form.elements.provider || !form.elements.model) return;
+    const provider = form.elements.provider, model = form.elements.model;
+    const sync = () => {
+      const label = provider.options[provider.selectedIndex].text;  // optgroup label = provider label
+      let first = null;
+      model.querySelectorAll("optgroup").forEach((g) => {
+        const mine = g.label === label;
+        g.disabled = !mine; g.hidden = !mine;
+        if (mine && !first) first = g.querySelector("option");
+      });
+      const current = model.options[model.selectedIndex];
+      if ((!current || current.parentElement.disabled) && first) first.selected = true;
+    };
+    provider.addEventListener("change", sync);
+    sync();
+  }
+
   // --- Boot --------------------------------------------------------------------------
   window.addEventListener("load", () => {
+    resumeForm();
+    modelsFollowProvider();
     tickCountdowns();
     buildCharts();
     if (kind === "workers") {
