@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.engine import tokenizer
+from workers.engine.parameters import unsupported_parameters
 from workers.engine.request import RequestOutput, SamplingParams
 
 
@@ -249,16 +250,8 @@ def parse_generation(
 
 def _reject_unsupported(body: dict[str, Any]) -> None:
     """Refuse, rather than silently ignore, features whose output the worker cannot produce."""
-    used = {
-        "logprobs": body.get("logprobs") not in (None, False),
-        "top_logprobs": body.get("top_logprobs") not in (None, 0),
-        "prompt_logprobs": body.get("prompt_logprobs") is not None,
-        "suffix": body.get("suffix") is not None,
-        "tools": bool(body.get("tools")),
-    }
-    for name, present in used.items():
-        if present:
-            raise APIError(f"'{name}' is not supported by the reference worker", param=name)
+    for name in unsupported_parameters(body):
+        raise APIError(f"'{name}' is not supported by the reference worker", param=name)
 
 
 def new_request_id() -> str:

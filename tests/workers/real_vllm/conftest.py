@@ -1,0 +1,81 @@
+"""Real vLLM servers for the tests in this folder (session-scoped: started once per run).
+
+The environment is installed on first use (``runtime.ensure_env``; minutes, then cached
+under ``~/.cache/cacheplane``). Where it cannot be installed or started, CI (``CI=true``)
+fails these tests; a developer's run skips them with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.workers.real_vllm.runtime import (
+    VllmServer,
+    VllmUnavailable,
+    build_tiny_model,
+    ensure_env,
+)
+
+pytestmark = pytest.mark.real_vllm
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"real vLLM is required in CI: {reason}", pytrace=False)
+    pytest.skip(f"real vLLM unavailable here: {reason}")
+
+
+@pytest.fixture(scope="session")
+def vllm_version() -> str:
+    try:
+        return ensure_env()
+    except (VllmUnavailable, OSError) as exc:
+        _unavailable(str(exc))
+        raise
+
+
+@pytest.fixture(scope="session")
+def tiny_model(vllm_version: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    try:
+        return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+    except VllmUnavailable as exc:
+        _unavailable(str(exc))
+        raise
+
+
+def _started(servers: list[VllmServer]) -> Iterator[list[VllmServer]]:
+    try:
+        for server in servers:
+            server.start()
+        for server in servers:
+            server.wait_ready()
+    except VllmUnavailable as exc:
+        for server in servers:
+            server.stop()
+        _unavailable(str(exc))
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_pair(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list]:
+    """Two real vLLM servers of the tiny model as ``cacheplane worker --engine vllm`` runs
+    them (``sha256_cbor``, ``PYTHONHASHSEED=0``), KV events bound with replay."""
+    logs = tmp_path_factory.mktemp("vllm-logs")
+    yield from _started(
+        [VllmServer(tiny_model, name=f"vllm-{n}", log_path=logs / f"{n}.log") for n in range(2)]
+    )
+
+
+@pytest.fixture(scope="session")
+def vllm_default_hash(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """One more server with vLLM's default hash algorithm (``sha256``, pickle-based)."""
+    logs = tmp_path_factory.mktemp("vllm-default-logs")
+    server = VllmServer(tiny_model, name="vllm-d", hash_algo="sha256", log_path=logs / "d.log")
+    for servers in _started([server]):
+        yield servers[0]
