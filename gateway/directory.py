@@ -205,6 +205,7 @@ class Directory:
 
 def _load_workers() -> list[WorkerView]:
     from workers.hash_config import worker_hash_spec
+    from workers.kv_pressure import kv_pressure_of
     from workers.models import Worker, WorkerState
     from workers.secrets import unseal
 
@@ -218,7 +219,7 @@ def _load_workers() -> list[WorkerView]:
                 model=w.model,
                 pool=w.pool,
                 block_size=w.block_size or 16,
-                kv_usage=float((w.metrics or {}).get("vllm:kv_cache_usage_perc", 0.0)),
+                kv_usage=kv_pressure_of(w.metrics or {}) or 0.0,
                 engine=w.engine,
                 hash_spec=spec,
                 hash_reason=reason,

@@ -27,9 +27,14 @@ REASONS = {
     "no_tokenizer": "no tokenizer is configured for its model (register it with --tokenizer)",
     "not_probed": "its hash algorithm is not known yet (the probe reads cache_config_info)",
     "unsupported_hash_algo": "it hashes with an algorithm Cacheplane does not reproduce",
-    "hash_seed_unknown": "its hash seed (PYTHONHASHSEED) is not configured",
+    "hash_seed_unknown": "it runs without PYTHONHASHSEED on a release that seeds randomly",
 }
 LAST_BARE_SALT = (0, 22)
+#: vLLM 0.32 without PYTHONHASHSEED seeds SHA-256 hashing with this fixed string
+#: (``DEFAULT_NONE_HASH_SEED`` in ``vllm/v1/core/kv_cache_utils.py``); earlier releases
+#: seeded from random bytes, and xxhash always does.
+VLLM_DEFAULT_SEED = "vllm-none-hash"
+FIXED_DEFAULT_SEED_SINCE = (0, 32)
 
 
 def _version(text: str) -> tuple[int, int] | None:
@@ -50,18 +55,23 @@ def worker_hash_spec(worker: Worker) -> tuple[HashSpec | None, str]:
     tokenizer = REFERENCE if worker.engine == "reference" else worker.tokenizer
     if not tokenizer:
         return None, "no_tokenizer"
-    algo = worker.hash_algo
+    # The reference worker's default until a probe reads what it runs with.
+    algo = worker.hash_algo or ("sha256_cbor" if worker.engine == "reference" else "")
     if not algo:
         return None, "not_probed"
     if algo not in HASH_FUNCTIONS:
         return None, "unsupported_hash_algo"
-    if not worker.hash_seed:
-        return None, "hash_seed_unknown"
+    seed = worker.hash_seed
+    if not seed:  # PYTHONHASHSEED unset on the worker
+        version = _version(worker.engine_version)
+        if worker.engine != "vllm" or version is None or version < FIXED_DEFAULT_SEED_SINCE:
+            return None, "hash_seed_unknown"
+        seed = VLLM_DEFAULT_SEED
     spec = HashSpec(
         tokenizer=tokenizer,
         block_size=worker.block_size or 16,
         algo=algo,
-        seed=worker.hash_seed,
+        seed=seed,
         salt_form=salt_form(engine=worker.engine, version=worker.engine_version),
     )
     return spec, ""

@@ -212,7 +212,9 @@ class KVIndexer:
             if ok or bad:
                 if bad:
                     logger.warning(
-                        "%s: %d block-0 hashes do not match %s", stream.source.worker, bad,
+                        "%s: %d block-0 hashes do not match %s",
+                        stream.source.worker,
+                        bad,
                         stream.source.spec,
                     )
                 kv_index.record_hash_check(

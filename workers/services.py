@@ -32,9 +32,10 @@ class WorkerRegistrationInvalid(ValidationFailed):
 def kv_events_problem(endpoint_field: str) -> str:
     """Why ``PUB[,REPLAY]`` cannot be subscribed to, or "" when it can.
 
-    vLLM's publisher *binds* its PUB socket only for a wildcard host (``tcp://*:P``,
-    ``tcp://0.0.0.0:P``, ``[::]``) or ``ipc://``/``inproc://``; any other address makes it
-    *connect* to a collector there. The indexer connects too, so nothing ever arrives.
+    vLLM 0.32's publisher *binds* its PUB socket only when the endpoint contains ``*`` or
+    ``::`` or is ``ipc://``/``inproc://``; any other address (``tcp://0.0.0.0:P``
+    included) makes it *connect* to a collector there. The indexer connects too, so
+    nothing would ever arrive. (The replay ROUTER always binds.)
     """
     parts = [p.strip() for p in endpoint_field.split(",") if p.strip()]
     if len(parts) > 2:
@@ -42,15 +43,16 @@ def kv_events_problem(endpoint_field: str) -> str:
     for part in parts:
         if not part.startswith(("tcp://", "ipc://", "inproc://")):
             return f"{part!r} is not a ZMQ endpoint (tcp://*:5557, ipc://...)."
-    if parts and parts[0].startswith("tcp://"):
-        host = parts[0][len("tcp://") :].rsplit(":", 1)[0]
-        if host not in ("*", "0.0.0.0", "[::]", "::"):
-            return (
-                f"vLLM connects (does not bind) when its KV-events endpoint names a host "
-                f"({parts[0]}), so the indexer would receive nothing: start vLLM with "
-                f"tcp://*:{parts[0].rsplit(':', 1)[-1]} and register that; the indexer "
-                f"connects to the worker's base_url host."
-            )
+    pub = parts[0] if parts else ""
+    binds = "*" in pub or "::" in pub or pub.startswith(("ipc://", "inproc://"))
+    if pub and not binds:
+        port = pub.rsplit(":", 1)[-1]
+        return (
+            f"vLLM connects (does not bind) when its KV-events endpoint has no wildcard "
+            f"({pub}; tcp://0.0.0.0:P connects too), so the indexer would receive nothing: "
+            f"start vLLM with tcp://*:{port} and register that; the indexer connects to the "
+            f"worker's base_url host."
+        )
     return ""
 
 
@@ -242,6 +244,14 @@ def worker_probe(*, worker: Worker, client: httpx.Client | None = None) -> Worke
         setattr(worker, name, value)
     if worker.state != WorkerState.DRAINING:
         worker.state = WorkerState.UNHEALTHY if error else WorkerState.HEALTHY
+    if not error and worker.kv_events_endpoint:
+        from workers.kv_pressure import PRESSURE, RESIDENT, resident_share
+
+        resident = resident_share(worker_name=worker.name, num_blocks=worker.num_blocks)
+        if resident is not None:
+            usage = snapshot.get("vllm:kv_cache_usage_perc")
+            snapshot[RESIDENT] = round(resident, 4)
+            snapshot[PRESSURE] = max(resident, float(usage) if isinstance(usage, float) else 0.0)
     worker.metrics = {**snapshot, "probe_error": error[:300]} if error else snapshot
     if not error:
         worker.last_seen_at = timezone.now()
@@ -289,14 +299,11 @@ def workers_probe_all(*, client: httpx.Client | None = None) -> list[Worker]:
     finally:
         if owned:
             client.close()
-    from workers.kv_pressure import worker_kv_sample_record
+    from workers.kv_pressure import kv_pressure_of, worker_kv_sample_record
 
+    pressure = {w.name: kv_pressure_of(w.metrics) for w in probed}
     worker_kv_sample_record(  # the stored history behind the workers page's KV chart
-        usage={
-            w.name: w.metrics["vllm:kv_cache_usage_perc"]
-            for w in probed
-            if isinstance(w.metrics.get("vllm:kv_cache_usage_perc"), int | float)
-        }
+        usage={name: value for name, value in pressure.items() if value is not None}
     )
     publish_now(
         platform_group("workers"),
@@ -308,7 +315,7 @@ def workers_probe_all(*, client: httpx.Client | None = None) -> list[Worker]:
                     "state": w.state,
                     "pool": w.pool,
                     "model": w.model,
-                    "kv_usage": w.metrics.get("vllm:kv_cache_usage_perc"),
+                    "kv_usage": pressure.get(w.name),
                     "running": w.metrics.get("vllm:num_requests_running"),
                     "waiting": w.metrics.get("vllm:num_requests_waiting"),
                     "hit_rate": _hit_rate(w.metrics),

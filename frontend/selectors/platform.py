@@ -151,6 +151,8 @@ def worker_rows() -> list[dict[str, Any]]:
 
 
 def _worker_row(w: Any, **extra: Any) -> dict[str, Any]:
+    from workers.kv_pressure import RESIDENT, kv_pressure_of
+
     return {
         **extra,
         **{
@@ -160,7 +162,9 @@ def _worker_row(w: Any, **extra: Any) -> dict[str, Any]:
             "engine": w.engine,
             "engine_version": w.engine_version,
             "state": w.state,
-            "kv_usage": (w.metrics or {}).get("vllm:kv_cache_usage_perc"),
+            "kv_usage": kv_pressure_of(w.metrics or {}),
+            "kv_running": (w.metrics or {}).get("vllm:kv_cache_usage_perc"),
+            "kv_resident": (w.metrics or {}).get(RESIDENT),
             "running": (w.metrics or {}).get("vllm:num_requests_running"),
             "waiting": (w.metrics or {}).get("vllm:num_requests_waiting"),
             "hit_rate": _ratio(

@@ -31,8 +31,8 @@ from gateway.adapters.base import (
 )
 from gateway.directory import WorkerView, directory
 from gateway.errors import GatewayError
-from workers.engine.parameters import unsupported_parameters
 from gateway.routing import PrefixIndex, order_candidates, pool_under_pressure, route_request
+from workers.engine.parameters import unsupported_parameters
 
 MAX_FAILOVER = 3
 prefix_index = PrefixIndex()

@@ -73,7 +73,10 @@ def test_releases_before_tagged_salts_hash_the_bare_salt() -> None:
     hasher = BlockHasher(block_size=16)
     assert block_extra_keys(0, "tenant-a", "bare") == ("tenant-a",)
     assert block_extra_keys(0, "", "tagged") is None  # vLLM skips an empty salt
-    assert hasher.hash_fn((seed_hash, tuple(range(16)), block_extra_keys(0, "tenant-a", "bare"))) == bare
+    assert (
+        hasher.hash_fn((seed_hash, tuple(range(16)), block_extra_keys(0, "tenant-a", "bare")))
+        == bare
+    )
 
 
 def test_pickle_algorithm_matches_vllm_default_sha256() -> None:

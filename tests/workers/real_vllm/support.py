@@ -21,7 +21,9 @@ def long_text(seed: int, words: int = 220) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
-def replay_events(server: VllmServer, *, start: int = 0, timeout_ms: int = 5000) -> list[dict[str, Any]]:
+def replay_events(
+    server: VllmServer, *, start: int = 0, timeout_ms: int = 5000
+) -> list[dict[str, Any]]:
     """Every buffered event batch from ``start`` on, through the replay ROUTER, in order."""
     ctx = zmq.Context()
     dealer = ctx.socket(zmq.DEALER)

@@ -89,7 +89,9 @@ def fleet(api, platform_admin, vllm_pair, tiny_model, fresh_gateway, redis_flush
     client = redis_lib.Redis.from_url(settings.REDIS_URL)
     indexer = IndexerThread(redis=client, sources=registry_sources).start()
     names = [s.name for s in vllm_pair]
-    _wait(lambda: all(s["live"] for s in kv_index.worker_event_status(client, workers=names).values()))
+    _wait(
+        lambda: all(s["live"] for s in kv_index.worker_event_status(client, workers=names).values())
+    )
     yield {"servers": vllm_pair, "redis": client, "indexer": indexer}
     indexer.stop()
 
@@ -111,7 +113,14 @@ def test_gateway_routes_a_repeated_salted_prefix_to_its_real_holder(
     first = _ask(live_server_url, acme, system, "first question")
     holder = first.headers["x-cacheplane-worker"]
     # The holder's BlockStored events reach the index (confirming the placement).
-    _wait(lambda: kv_index.worker_event_status(fleet["redis"], workers=[holder])[holder]["resident_blocks"] > 0)
+    _wait(
+        lambda: (
+            kv_index.worker_event_status(fleet["redis"], workers=[holder])[holder][
+                "resident_blocks"
+            ]
+            > 0
+        )
+    )
     hits = 0
     for n in range(8):
         again = _ask(live_server_url, acme, system, f"follow-up {n}")
