@@ -10,7 +10,7 @@ from workers.request_hashing import HashSpec
 
 def _tuples(value: Any) -> Any:
     """msgpack decodes tuples as lists; vLLM hashed tuples (pickle tells them apart)."""
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+    return tuple(_tuples(v) for v in value) if isinstance(value, list | tuple) else value
 
 
 def check_first_blocks(events: list[dict[str, Any]], spec: HashSpec) -> tuple[int, int]:

@@ -265,14 +265,12 @@ def now() -> int:
 def usage(
     prompt_tokens: int, completion_tokens: int, cached_tokens: int, *, details_enabled: bool
 ) -> dict[str, Any]:
-    """``usage`` as vLLM fills it: details only when enabled *and* something was cached."""
+    """``usage`` as vLLM 0.32 fills it: details whenever enabled, a miss as 0 (not null)."""
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
-        "prompt_tokens_details": (
-            {"cached_tokens": cached_tokens} if details_enabled and cached_tokens else None
-        ),
+        "prompt_tokens_details": ({"cached_tokens": cached_tokens} if details_enabled else None),
     }
 
 

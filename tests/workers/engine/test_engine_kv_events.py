@@ -173,7 +173,7 @@ def _replay(worker: RunningWorker, start: int) -> list[tuple[int, bytes]]:
         batches = []
         while True:
             assert dealer.poll(5000), "replay stalled"
-            _, seq_bytes, payload = dealer.recv_multipart()
+            _, _topic, seq_bytes, payload = dealer.recv_multipart()  # as vLLM 0.32 sends
             seq = int.from_bytes(seq_bytes, "big", signed=True)
             if seq == -1:
                 assert payload == b""

@@ -63,19 +63,26 @@ def _started(servers: list[VllmServer]) -> Iterator[list[VllmServer]]:
 
 
 @pytest.fixture(scope="session")
-def vllm_pair(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list]:
-    """Two real vLLM servers of the tiny model as ``cacheplane worker --engine vllm`` runs
-    them (``sha256_cbor``, ``PYTHONHASHSEED=0``), KV events bound with replay."""
+def vllm_servers(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list]:
+    """Three real vLLM servers of the tiny model, started together (start-up dominates):
+    two as ``cacheplane worker --engine vllm`` runs them (``sha256_cbor``,
+    ``PYTHONHASHSEED=0``) and one with vLLM's defaults (``sha256``, no PYTHONHASHSEED).
+    KV events bound, with replay."""
     logs = tmp_path_factory.mktemp("vllm-logs")
-    yield from _started(
-        [VllmServer(tiny_model, name=f"vllm-{n}", log_path=logs / f"{n}.log") for n in range(2)]
+    servers = [VllmServer(tiny_model, name=f"vllm-{n}", log_path=logs / f"{n}.log") for n in (0, 1)]
+    servers.append(
+        VllmServer(
+            tiny_model, name="vllm-d", hash_algo="sha256", hash_seed=None, log_path=logs / "d.log"
+        )
     )
+    yield from _started(servers)
 
 
 @pytest.fixture(scope="session")
-def vllm_default_hash(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    """One more server with vLLM's default hash algorithm (``sha256``, pickle-based)."""
-    logs = tmp_path_factory.mktemp("vllm-default-logs")
-    server = VllmServer(tiny_model, name="vllm-d", hash_algo="sha256", log_path=logs / "d.log")
-    for servers in _started([server]):
-        yield servers[0]
+def vllm_pair(vllm_servers: list[VllmServer]) -> list[VllmServer]:
+    return vllm_servers[:2]
+
+
+@pytest.fixture(scope="session")
+def vllm_default_hash(vllm_servers: list[VllmServer]) -> VllmServer:
+    return vllm_servers[2]

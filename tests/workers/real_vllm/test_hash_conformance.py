@@ -1,6 +1,7 @@
 """Our block hashes are vLLM's: 100 salted and unsalted prompts against real KV events.
 
-For each of the two servers (``sha256_cbor`` and vLLM's default ``sha256``), the gateway's
+For two servers (``sha256_cbor`` with ``PYTHONHASHSEED=0``, and vLLM's defaults: ``sha256``
+without PYTHONHASHSEED), the gateway's
 own path (``workers.hf_tokenizer`` on the model's tokenizer.json and chat template, then
 ``workers.request_hashing``) predicts every full block's hash; the prediction must be in
 the server's ``BlockStored`` events, every one of them (100 %). A negative control shows
@@ -14,6 +15,7 @@ import pytest
 
 from tests.workers.real_vllm.support import long_text, replay_events, stored_hashes
 from workers.hash_check import check_first_blocks
+from workers.hash_config import VLLM_DEFAULT_SEED
 from workers.hf_tokenizer import load_tokenizer
 from workers.request_hashing import HashSpec, block_hashes
 
@@ -49,6 +51,8 @@ def test_our_hashes_match_real_vllm_kv_events_for_100_prompts(
 ):
     tokenize = load_tokenizer(str(tiny_model))
     for server in (vllm_pair[0], vllm_default_hash):
+        # Unset PYTHONHASHSEED: vLLM 0.32's fixed default seed (workers.hash_config).
+        seed = server.hash_seed if server.hash_seed is not None else VLLM_DEFAULT_SEED
         predicted: list[tuple[str | None, list[int], list[int]]] = []
         with httpx.Client(base_url=server.base_url, timeout=120) as client:
             for kind, body, salt in _bodies():
@@ -60,13 +64,13 @@ def test_our_hashes_match_real_vllm_kv_events_for_100_prompts(
                 # Same tokens as vLLM's own tokenizer and chat template.
                 assert reply.json()["usage"]["prompt_tokens"] == len(ids)
                 ours = block_hashes(
-                    ids, salt=salt, block_size=128, hash_seed="0", algo=server.hash_algo
+                    ids, salt=salt, block_size=128, hash_seed=seed, algo=server.hash_algo
                 )
                 bare = block_hashes(
                     ids,
                     salt=salt,
                     block_size=128,
-                    hash_seed="0",
+                    hash_seed=seed,
                     algo=server.hash_algo,
                     salt_form="bare",
                 )
@@ -80,7 +84,7 @@ def test_our_hashes_match_real_vllm_kv_events_for_100_prompts(
         # The control: the bare salt (earlier releases) matches no salted prompt's blocks.
         assert not any(h in stored for salt, _, bare in predicted if salt for h in bare)
         # The indexer's own check, on the same events, agrees.
-        spec = HashSpec(tokenizer=str(tiny_model), block_size=128, algo=server.hash_algo)
+        spec = HashSpec(tokenizer=str(tiny_model), block_size=128, algo=server.hash_algo, seed=seed)
         ok, bad = check_first_blocks(events, spec)
         assert ok >= 100 and bad == 0
         wrong_seed = HashSpec(tokenizer="", block_size=128, algo=server.hash_algo, seed="1")

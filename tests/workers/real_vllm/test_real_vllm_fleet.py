@@ -86,6 +86,10 @@ def fleet(api, platform_admin, vllm_pair, tiny_model, fresh_gateway, redis_flush
     for server in vllm_pair:
         assert _register(api, platform_admin, server, tiny_model).status_code == 201
         worker_probe(worker=Worker.objects.get(name=server.name))
+    # Every registered worker is subscribed to with the hash spec its events are checked by.
+    assert sorted((s.worker, s.spec is not None) for s in registry_sources()) == [
+        (s.name, True) for s in vllm_pair
+    ]
     client = redis_lib.Redis.from_url(settings.REDIS_URL)
     indexer = IndexerThread(redis=client, sources=registry_sources).start()
     names = [s.name for s in vllm_pair]
