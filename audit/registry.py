@@ -209,7 +209,12 @@ AUDITED_MODELS: dict[str, AuditFields] = {
             "kv_bytes_per_token",
             "dev_mode",
             "kv_events_endpoint",
+            "engine_version",
+            "hash_algo",
+            "hash_seed",
+            "tokenizer",
         },
+        sensitive={"api_key_sealed"},
         # Scraped every probe: the worker's own numbers, not a change anyone made.
         ignored={"id", "metrics", "last_seen_at", "created_at", "updated_at"},
     ),

@@ -52,8 +52,8 @@ def worker_config(pool_tokens: int) -> EngineConfig:
         kv_events=KVEventsConfig(
             enable_kv_cache_events=True,
             publisher="zmq",
-            endpoint="tcp://127.0.0.1:*",
-            replay_endpoint="tcp://127.0.0.1:*",
+            endpoint="tcp://*:*",  # vLLM binds only for a wildcard host
+            replay_endpoint="tcp://*:*",
         ),
     )
 
@@ -121,6 +121,12 @@ def tenants_create(count: int) -> dict[int, str]:
     return out
 
 
+def wildcard(endpoint: str | None) -> str:
+    """``tcp://0.0.0.0:P`` (what a wildcard bind resolves to) as registered: ``tcp://*:P``."""
+    host_port = (endpoint or "").removeprefix("tcp://")
+    return f"tcp://*:{host_port.rsplit(':', 1)[-1]}"
+
+
 def workers_register(workers: list[RunningWorker]) -> None:
     from tenants.actor import Actor
     from workers.services import worker_register
@@ -131,7 +137,9 @@ def workers_register(workers: list[RunningWorker]) -> None:
             name=f"w{i}",
             base_url=w.base_url,
             model=MODEL,
-            kv_events_endpoint=f"{w.kv_events_endpoint},{w.kv_events_replay_endpoint}",
+            kv_events_endpoint=(
+                f"{wildcard(w.kv_events_endpoint)},{wildcard(w.kv_events_replay_endpoint)}"
+            ),
         )
 
 

@@ -29,7 +29,8 @@ from gateway.pipeline import handle
 logger = logging.getLogger(__name__)
 
 
-async def list_models(request: Request) -> Response:
+async def _model_cards(request: Request) -> list[dict[str, object]] | Response:
+    """The model cards the caller may use (after authentication), or the error response."""
     try:
         await identify(
             request.headers.get("authorization"),
@@ -42,12 +43,35 @@ async def list_models(request: Request) -> Response:
 
     workers = await directory.current_workers()
     served = sorted({w.model for w in workers})
-    data = [{"id": m, "object": "model", "created": 0, "owned_by": "vllm"} for m in served]
+    data: list[dict[str, object]] = [
+        {"id": m, "object": "model", "created": 0, "owned_by": "vllm"} for m in served
+    ]
     data += [
         {"id": m, "object": "model", "created": 0, "owned_by": "vertex"}
         for m in sorted(VERTEX_MODELS)
     ]
-    return JSONResponse({"object": "list", "data": data})
+    return data
+
+
+async def list_models(request: Request) -> Response:
+    cards = await _model_cards(request)
+    if isinstance(cards, Response):
+        return cards
+    return JSONResponse({"object": "list", "data": cards})
+
+
+async def retrieve_model(request: Request) -> Response:
+    """``GET /v1/models/{id}`` (the SDK's ``models.retrieve``); ids may contain slashes."""
+    cards = await _model_cards(request)
+    if isinstance(cards, Response):
+        return cards
+    model = request.path_params["model"]
+    for card in cards:
+        if card["id"] == model:
+            return JSONResponse(card)
+    return GatewayError(
+        404, "model_not_found", f"The model {model!r} does not exist.", param="model"
+    ).response()
 
 
 async def chat_completions(request: Request) -> Response:
@@ -85,6 +109,7 @@ def create_app() -> Starlette:
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             Route("/v1/completions", completions, methods=["POST"]),
             Route("/v1/models", list_models, methods=["GET"]),
+            Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
         ],
         exception_handlers={HTTPException: _http_error, 500: _server_error},
     )

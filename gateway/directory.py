@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from cachetools import TTLCache
 
 from controlplane.db import db_sync_to_async
+from workers.request_hashing import HashSpec
 
 if TYPE_CHECKING:
     from caches.providers.vertex import VertexScope
@@ -48,7 +49,12 @@ class WorkerView:
     pool: str
     block_size: int
     kv_usage: float
-    engine: str = "reference"  # which tokenizer hashes its prompts (workers.request_hashing)
+    engine: str = "reference"
+    # How its prompts are hashed for event-exact routing (workers.hash_config); None with
+    # the reason when that cannot be reproduced here (routed approximately).
+    hash_spec: HashSpec | None = HashSpec(tokenizer="reference", block_size=16)
+    hash_reason: str = ""
+    api_key: str | None = field(default=None, repr=False)  # the worker's --api-key
 
 
 @dataclass(frozen=True)
@@ -198,20 +204,29 @@ class Directory:
 
 
 def _load_workers() -> list[WorkerView]:
+    from workers.hash_config import worker_hash_spec
+    from workers.kv_pressure import kv_pressure_of
     from workers.models import Worker, WorkerState
+    from workers.secrets import unseal
 
-    return [
-        WorkerView(
-            name=w.name,
-            base_url=w.base_url.rstrip("/"),
-            model=w.model,
-            pool=w.pool,
-            block_size=w.block_size or 16,
-            kv_usage=float((w.metrics or {}).get("vllm:kv_cache_usage_perc", 0.0)),
-            engine=w.engine,
+    views = []
+    for w in Worker.objects.filter(state=WorkerState.HEALTHY).order_by("name"):
+        spec, reason = worker_hash_spec(w)
+        views.append(
+            WorkerView(
+                name=w.name,
+                base_url=w.base_url.rstrip("/"),
+                model=w.model,
+                pool=w.pool,
+                block_size=w.block_size or 16,
+                kv_usage=kv_pressure_of(w.metrics or {}) or 0.0,
+                engine=w.engine,
+                hash_spec=spec,
+                hash_reason=reason,
+                api_key=unseal(w.api_key_sealed),
+            )
         )
-        for w in Worker.objects.filter(state=WorkerState.HEALTHY).order_by("name")
-    ]
+    return views
 
 
 def _load_cache(tenant_id: str, reference: str) -> CacheView | None:

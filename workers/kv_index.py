@@ -41,6 +41,10 @@ from typing import Any
 
 PREFIX = "cp:kv:"
 LIVE_KEY = PREFIX + "live"
+# HASH, "<worker>:ok" / "<worker>:bad" -> how many block-0 hashes the indexer recomputed
+# from a BlockStored event's own tokens and extra keys, and whether they matched what the
+# worker sent (workers.kv_indexer.check_first_blocks): the console's "hashes match".
+CHECK_KEY = PREFIX + "check"
 STALE_SECONDS = 5.0
 PENDING_SECONDS = 5.0  # a claim outlives any prefill; BlockStored normally removes it first
 
@@ -126,6 +130,49 @@ def drop_worker(client: Any, *, worker: str) -> None:
     pipe.delete(worker_key(worker), pending_key(worker))
     pipe.hdel(LIVE_KEY, worker)
     pipe.execute()
+
+
+def record_hash_check(client: Any, *, worker: str, matched: int, mismatched: int) -> None:
+    """Add one batch's hash-check outcome for ``worker`` (see :data:`CHECK_KEY`)."""
+    pipe = client.pipeline(transaction=False)
+    if matched:
+        pipe.hincrby(CHECK_KEY, f"{worker}:ok", matched)
+    if mismatched:
+        pipe.hincrby(CHECK_KEY, f"{worker}:bad", mismatched)
+    pipe.execute()
+
+
+def worker_event_status(
+    client: Any, *, workers: Sequence[str], now: float | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per worker: events ``live`` (stamped within STALE_SECONDS), the stamp's age, the
+    blocks the index holds for it and the hash-check counts. For the console."""
+    names = list(workers)
+    if not names:
+        return {}
+    stamp_now = now if now is not None else time.time()
+    pipe = client.pipeline(transaction=False)
+    pipe.hmget(LIVE_KEY, names)
+    pipe.hgetall(CHECK_KEY)
+    for name in names:
+        pipe.hlen(worker_key(name))
+    stamps, checks, *sizes = pipe.execute()
+    checks = {_text(k): int(v) for k, v in (checks or {}).items()}
+    out: dict[str, dict[str, Any]] = {}
+    for name, stamp, size in zip(names, stamps, sizes, strict=True):
+        age = stamp_now - float(stamp) if stamp is not None else None
+        out[name] = {
+            "live": age is not None and age <= STALE_SECONDS,
+            "age_seconds": round(age, 1) if age is not None else None,
+            "resident_blocks": int(size or 0),
+            "hash_ok": checks.get(f"{name}:ok", 0),
+            "hash_bad": checks.get(f"{name}:bad", 0),
+        }
+    return out
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def prune_pending(client: Any, *, workers: Sequence[str], now: float | None = None) -> int:

@@ -45,6 +45,8 @@ import zmq
 
 from workers import kv_index
 from workers.engine.kv_events import END_SEQ, decode_batch
+from workers.hash_check import check_first_blocks
+from workers.request_hashing import HashSpec
 
 logger = logging.getLogger(__name__)
 
@@ -55,11 +57,13 @@ REPLAY_TIMEOUT_MS = 2000
 
 @dataclass(frozen=True)
 class Source:
-    """Where one worker publishes: its PUB endpoint and optional replay ROUTER."""
+    """Where one worker publishes: its PUB endpoint and optional replay ROUTER, and how it
+    hashes (to check its block-0 hashes; None: not checked)."""
 
     worker: str
     endpoint: str
     replay: str | None = None
+    spec: HashSpec | None = None
 
     @classmethod
     def parse(cls, text: str) -> Source:
@@ -203,6 +207,19 @@ class KVIndexer:
             return
         ts, events, _rank = decoded
         kv_index.apply_events(self.redis, worker=stream.source.worker, events=events)
+        if stream.source.spec is not None:
+            ok, bad = check_first_blocks(events, stream.source.spec)
+            if ok or bad:
+                if bad:
+                    logger.warning(
+                        "%s: %d block-0 hashes do not match %s",
+                        stream.source.worker,
+                        bad,
+                        stream.source.spec,
+                    )
+                kv_index.record_hash_check(
+                    self.redis, worker=stream.source.worker, matched=ok, mismatched=bad
+                )
         stream.last = seq
         stream.last_ts = max(stream.last_ts, ts)
         stream.synced = True
@@ -309,15 +326,26 @@ class IndexerThread:
         self.indexer.ctx.term()
 
 
+_explained: set[str] = set()
+
+
 def registry_sources() -> list[Source]:
     """Healthy registered workers that publish KV events (needs Django set up)."""
+    from workers.hash_config import worker_hash_spec
     from workers.models import Worker, WorkerState
+    from workers.services import kv_events_problem
 
     sources = []
     for w in Worker.objects.filter(state=WorkerState.HEALTHY).exclude(kv_events_endpoint=""):
+        problem = kv_events_problem(w.kv_events_endpoint)
+        if problem:  # registered before the check existed: say why nothing will arrive
+            if w.name not in _explained:
+                _explained.add(w.name)
+                logger.error("not subscribing to %s: %s", w.name, problem)
+            continue
         endpoints = endpoints_for(endpoint_field=w.kv_events_endpoint, base_url=w.base_url)
         if endpoints:
-            sources.append(Source(w.name, *endpoints))
+            sources.append(Source(w.name, *endpoints, spec=worker_hash_spec(w)[0]))
     return sources
 
 

@@ -24,6 +24,38 @@ RETENTION = timedelta(days=8)
 #: Where the gateway starts shedding a worker (``gateway.routing.PRESSURE``; kept equal).
 PRESSURE_LINE = 0.85
 
+#: Keys in ``Worker.metrics``: the share of the pool that cached blocks occupy (from the
+#: KV index: resident blocks / pool blocks) and the pressure the gateway throttles on.
+RESIDENT = "cacheplane:kv_resident_perc"
+PRESSURE = "cacheplane:kv_pressure"
+
+
+def kv_pressure_of(metrics: dict[str, Any]) -> float | None:
+    """A worker's KV memory pressure: the larger of vLLM's ``kv_cache_usage_perc`` (blocks
+    held by running requests) and the resident share (cached-but-idle blocks included,
+    which vLLM's gauge counts as free). None when neither is known."""
+    value = metrics.get(PRESSURE)
+    if isinstance(value, int | float):
+        return float(value)
+    usage = metrics.get("vllm:kv_cache_usage_perc")
+    return float(usage) if isinstance(usage, int | float) else None
+
+
+def resident_share(*, worker_name: str, num_blocks: int | None) -> float | None:
+    """Blocks the KV index holds for the worker over its pool (null block excluded); None
+    without a pool size or without Redis. Best effort: a probe never fails on it."""
+    if not num_blocks or num_blocks < 2:
+        return None
+    try:
+        from controlplane.ops import redis_client
+        from workers.kv_index import worker_key
+
+        resident = int(redis_client().hlen(worker_key(worker_name)))
+    except Exception:
+        return None
+    return min(1.0, resident / (num_blocks - 1))
+
+
 #: range -> (span, bucket size in seconds), as the usage charts' ranges.
 RANGES: dict[str, tuple[timedelta, int]] = {
     "1h": (timedelta(hours=1), 60),

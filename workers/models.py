@@ -26,6 +26,9 @@ class Worker(models.Model):
     base_url = models.URLField(max_length=300, unique=True)
     model = models.CharField(max_length=200, db_index=True)
     engine = models.CharField(max_length=32, default="reference")
+    engine_version = models.CharField(
+        max_length=40, blank=True, help_text="What the worker's GET /version answered."
+    )
     state = models.CharField(
         max_length=16, choices=WorkerState.choices, default=WorkerState.HEALTHY, db_index=True
     )
@@ -35,7 +38,24 @@ class Worker(models.Model):
     dev_mode = models.BooleanField(
         default=False, help_text="Dev-mode endpoints (/reset_prefix_cache) are available."
     )
-    kv_events_endpoint = models.CharField(max_length=200, blank=True)
+    kv_events_endpoint = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="PUB[,REPLAY] as the worker binds them (tcp://*:5557,tcp://*:5558).",
+    )
+    # How the worker hashes prefix-cache blocks (workers.hash_config): the algorithm is
+    # read from its cache_config_info; the seed is its PYTHONHASHSEED, configuration that
+    # no endpoint reports ("" = unknown: vLLM then seeds from random bytes).
+    hash_algo = models.CharField(max_length=32, blank=True)
+    hash_seed = models.CharField(max_length=64, blank=True, default="0")
+    tokenizer = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Model directory or tokenizer.json the gateway hashes prompts with.",
+    )
+    api_key_sealed = models.TextField(
+        blank=True, editable=False, help_text="The worker's --api-key, sealed (never shown)."
+    )
     metrics = models.JSONField(default=dict, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -5,18 +5,26 @@ The gateway must predict the block hashes vLLM will store for a prompt: the same
 and seed, and the tenant's ``cache_salt`` in block 0's extra keys. The hashes are compared
 in the form KV events carry them (the low 64 bits of each digest).
 
-Tokenizers are looked up by engine: the reference worker's byte-level tokenizer is built in.
-A real vLLM worker needs its Hugging Face tokenizer in the gateway; until one is
-registered with :func:`register_tokenizer`, :func:`request_block_hashes` answers ``None``
-and the gateway routes on its character-based guess (the fallback mode).
+What to hash with is a :class:`HashSpec`, derived per worker from what it declared and
+reported (``workers.hash_config.worker_hash_spec``). Its ``tokenizer`` is a key: the
+reference worker's byte-level tokenizer (``"reference"``) is built in; any other key is a
+path to a model directory or ``tokenizer.json`` (``workers.hf_tokenizer``), loaded once per
+process; :func:`register_tokenizer` adds others. When the tokenizer is unknown or does not
+load, :func:`request_block_hashes` answers ``None`` and the gateway routes on its
+character-based guess (the fallback mode, with the reason counted and shown).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from workers.engine.hashing import block_extra_keys, event_hash, hash_function
+
+logger = logging.getLogger(__name__)
 
 # (body, kind) -> token ids, or None when the body cannot be rendered.
 Tokenize = Callable[[dict[str, Any], str], list[int] | None]
@@ -64,32 +72,72 @@ def _reference_tokenize(body: dict[str, Any], kind: str) -> list[int] | None:
     return None
 
 
-_TOKENIZERS: dict[str, Tokenize] = {"reference": _reference_tokenize}
+REFERENCE = "reference"
+_TOKENIZERS: dict[str, Tokenize] = {REFERENCE: _reference_tokenize}
+# Paths that did not load, and when: retried after a minute (a volume mounted late).
+_FAILED: dict[str, float] = {}
+RETRY_SECONDS = 60.0
 
 
-def register_tokenizer(engine: str, tokenize: Tokenize) -> None:
-    """Teach the gateway an engine's tokenizer (e.g. a Hugging Face chat template)."""
-    _TOKENIZERS[engine] = tokenize
+@dataclass(frozen=True)
+class HashSpec:
+    """Everything that decides a worker's block hashes besides the prompt and the salt."""
+
+    tokenizer: str  # "reference", or a model directory / tokenizer.json path
+    block_size: int
+    algo: str = "sha256_cbor"
+    seed: str = "0"
+    salt_form: str = "tagged"
+
+
+#: The reference worker's defaults (``cacheplane worker``): tests and benches use it.
+REFERENCE_SPEC = HashSpec(tokenizer=REFERENCE, block_size=16)
+
+
+def register_tokenizer(key: str, tokenize: Tokenize) -> None:
+    """Teach the gateway a tokenizer under ``key`` (a worker's ``tokenizer`` field)."""
+    _TOKENIZERS[key] = tokenize
+    _FAILED.pop(key, None)
+
+
+def tokenizer_for(key: str) -> Tokenize | None:
+    """The tokenizer registered as ``key``, loading a path on first use; None if it fails."""
+    found = _TOKENIZERS.get(key)
+    if found is not None or not key:
+        return found
+    failed_at = _FAILED.get(key)
+    if failed_at is not None and time.monotonic() - failed_at < RETRY_SECONDS:
+        return None
+    from workers.hf_tokenizer import TokenizerUnavailable, load_tokenizer
+
+    try:
+        loaded = load_tokenizer(key)
+    except TokenizerUnavailable as exc:
+        logger.warning("tokenizer %s does not load: %s", key, exc)
+        _FAILED[key] = time.monotonic()
+        return None
+    register_tokenizer(key, loaded)
+    return loaded
 
 
 def request_block_hashes(
-    body: dict[str, Any],
-    *,
-    kind: str,
-    engine: str,
-    salt: str | None,
-    block_size: int,
-    hash_seed: str = "0",
-    algo: str = "sha256_cbor",
+    body: dict[str, Any], *, kind: str, spec: HashSpec, salt: str | None
 ) -> list[int] | None:
     """The KV-event hashes of every full block of the prompt, or None if unknown here."""
-    tokenize = _TOKENIZERS.get(engine)
+    tokenize = tokenizer_for(spec.tokenizer)
     if tokenize is None:
         return None
     ids = tokenize(body, kind)
     if not ids:
         return None
-    return block_hashes(ids, salt=salt, block_size=block_size, hash_seed=hash_seed, algo=algo)
+    return block_hashes(
+        ids,
+        salt=salt,
+        block_size=spec.block_size,
+        hash_seed=spec.seed,
+        algo=spec.algo,
+        salt_form=spec.salt_form,
+    )
 
 
 def block_hashes(
@@ -99,6 +147,7 @@ def block_hashes(
     block_size: int,
     hash_seed: str = "0",
     algo: str = "sha256_cbor",
+    salt_form: str = "tagged",
 ) -> list[int]:
     """KV-event hashes of the full blocks of ``ids`` (memoized per block, see ``_memo``)."""
     ids = ids[:MAX_HASHED_TOKENS]
@@ -113,10 +162,10 @@ def block_hashes(
     memo = _memo
     for index in range(full):
         block = tuple(ids[index * block_size : (index + 1) * block_size])
-        key = (parent, block) if index else (algo, parent, block, salt)
+        key = (parent, block) if index else (algo, parent, block, salt, salt_form)
         entry = memo.get(key)
         if entry is None:
-            digest = _digest(parent, block, block_extra_keys(index, salt), algo)
+            digest = _digest(parent, block, block_extra_keys(index, salt, salt_form), algo)
             entry = memo[key] = (digest, event_hash(digest))
             if len(memo) > MEMO_BLOCKS:
                 del memo[next(iter(memo))]  # the oldest entry (dicts keep insertion order)

@@ -12,10 +12,48 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from audit.services import audit_record
 from audit.snapshot import EMPTY, diff, model_snapshot, values_snapshot
+from controlplane.errors import ValidationFailed
 from tenants.actor import Actor
 from workers.models import Worker, WorkerState
+from workers.secrets import seal
 
 logger = logging.getLogger(__name__)
+
+
+ENGINES = ("reference", "vllm")
+
+
+class WorkerRegistrationInvalid(ValidationFailed):
+    """A registration that cannot work as given (the message says what to change)."""
+
+    code = "worker_registration_invalid"
+
+
+def kv_events_problem(endpoint_field: str) -> str:
+    """Why ``PUB[,REPLAY]`` cannot be subscribed to, or "" when it can.
+
+    vLLM 0.32's publisher *binds* its PUB socket only when the endpoint contains ``*`` or
+    ``::`` or is ``ipc://``/``inproc://``; any other address (``tcp://0.0.0.0:P``
+    included) makes it *connect* to a collector there. The indexer connects too, so
+    nothing would ever arrive. (The replay ROUTER always binds.)
+    """
+    parts = [p.strip() for p in endpoint_field.split(",") if p.strip()]
+    if len(parts) > 2:
+        return "kv_events_endpoint is PUB[,REPLAY]: at most two endpoints."
+    for part in parts:
+        if not part.startswith(("tcp://", "ipc://", "inproc://")):
+            return f"{part!r} is not a ZMQ endpoint (tcp://*:5557, ipc://...)."
+    pub = parts[0] if parts else ""
+    binds = "*" in pub or "::" in pub or pub.startswith(("ipc://", "inproc://"))
+    if pub and not binds:
+        port = pub.rsplit(":", 1)[-1]
+        return (
+            f"vLLM connects (does not bind) when its KV-events endpoint has no wildcard "
+            f"({pub}; tcp://0.0.0.0:P connects too), so the indexer would receive nothing: "
+            f"start vLLM with tcp://*:{port} and register that; the indexer connects to the "
+            f"worker's base_url host."
+        )
+    return ""
 
 
 @transaction.atomic
@@ -27,26 +65,44 @@ def worker_register(
     model: str,
     pool: str = "default",
     engine: str = "reference",
+    engine_version: str = "",
     kv_events_endpoint: str = "",
     dev_mode: bool = False,
+    hash_seed: str = "0",
+    tokenizer: str = "",
+    api_key: str | None = None,
 ) -> Worker:
-    """Create or update the worker called ``name`` (a restart on a new port re-registers)."""
+    """Create or update the worker called ``name`` (a restart on a new port re-registers).
+
+    ``api_key`` is sealed (``workers.secrets``) and audited as "[redacted]"; None keeps
+    the stored key, "" removes it. Raises :class:`WorkerRegistrationInvalid` (nothing is
+    written) for an unknown engine or a KV-events endpoint vLLM would connect to.
+    """
+    if engine not in ENGINES:
+        raise WorkerRegistrationInvalid(f"engine must be one of {', '.join(ENGINES)}.")
+    problem = kv_events_problem(kv_events_endpoint)
+    if problem:
+        raise WorkerRegistrationInvalid(problem, details={"field": "kv_events_endpoint"})
     worker = Worker.objects.select_for_update().filter(name=name).first()
     before = model_snapshot(worker) if worker else EMPTY
     Worker.objects.filter(base_url=base_url).exclude(name=name).delete()  # stale address
-    worker, _ = Worker.objects.update_or_create(
-        name=name,
-        defaults={
-            "base_url": base_url.rstrip("/"),
-            "model": model,
-            "pool": pool,
-            "engine": engine,
-            "kv_events_endpoint": kv_events_endpoint,
-            "dev_mode": dev_mode,
-            "state": WorkerState.HEALTHY,
-            "last_seen_at": timezone.now(),
-        },
-    )
+    defaults: dict[str, Any] = {
+        "base_url": base_url.rstrip("/"),
+        "model": model,
+        "pool": pool,
+        "engine": engine,
+        "kv_events_endpoint": kv_events_endpoint,
+        "dev_mode": dev_mode,
+        "hash_seed": hash_seed,
+        "tokenizer": tokenizer,
+        "state": WorkerState.HEALTHY,
+        "last_seen_at": timezone.now(),
+    }
+    if engine_version:
+        defaults["engine_version"] = engine_version[:40]
+    if api_key is not None:
+        defaults["api_key_sealed"] = seal(api_key)
+    worker, _ = Worker.objects.update_or_create(name=name, defaults=defaults)
     audit_record(
         actor=actor,
         action="workers.worker.register",
@@ -139,6 +195,9 @@ def _scrape(
                     capacity["block_size"] = int(sample.labels.get("block_size", worker.block_size))
                     blocks = sample.labels.get("num_gpu_blocks")
                     capacity["num_blocks"] = int(blocks) if blocks and blocks.isdigit() else None
+                    algo = sample.labels.get("prefix_caching_hash_algo")
+                    if algo and algo != "None":
+                        capacity["hash_algo"] = algo
                 elif sample.name in _SNAPSHOT_SAMPLES:
                     snapshot[sample.name] = sample.value
                 elif sample.name == "vllm:gpu_cache_usage_perc":  # removed in vLLM 0.12
@@ -146,6 +205,14 @@ def _scrape(
     except (ValueError, TypeError, IndexError, KeyError) as exc:
         # prometheus_client's parser raises these on text that is not exposition format.
         raise WorkerProbeFailed(f"/metrics is not Prometheus text ({exc})") from None
+    version = client.get(f"{worker.base_url}/version")
+    if version.status_code == 200:
+        try:
+            reported = version.json().get("version")
+        except (ValueError, AttributeError):
+            reported = None
+        if isinstance(reported, str) and reported:
+            capacity["engine_version"] = reported[:40]
     return snapshot, capacity
 
 
@@ -177,11 +244,28 @@ def worker_probe(*, worker: Worker, client: httpx.Client | None = None) -> Worke
         setattr(worker, name, value)
     if worker.state != WorkerState.DRAINING:
         worker.state = WorkerState.UNHEALTHY if error else WorkerState.HEALTHY
+    if not error and worker.kv_events_endpoint:
+        from workers.kv_pressure import PRESSURE, RESIDENT, resident_share
+
+        resident = resident_share(worker_name=worker.name, num_blocks=worker.num_blocks)
+        if resident is not None:
+            usage = snapshot.get("vllm:kv_cache_usage_perc")
+            snapshot[RESIDENT] = round(resident, 4)
+            snapshot[PRESSURE] = max(resident, float(usage) if isinstance(usage, float) else 0.0)
     worker.metrics = {**snapshot, "probe_error": error[:300]} if error else snapshot
     if not error:
         worker.last_seen_at = timezone.now()
     worker.save(
-        update_fields=["block_size", "num_blocks", "state", "metrics", "last_seen_at", "updated_at"]
+        update_fields=[
+            "block_size",
+            "num_blocks",
+            "hash_algo",
+            "engine_version",
+            "state",
+            "metrics",
+            "last_seen_at",
+            "updated_at",
+        ]
     )
     if error:
         from workers.kv_index import worker_forget
@@ -215,14 +299,11 @@ def workers_probe_all(*, client: httpx.Client | None = None) -> list[Worker]:
     finally:
         if owned:
             client.close()
-    from workers.kv_pressure import worker_kv_sample_record
+    from workers.kv_pressure import kv_pressure_of, worker_kv_sample_record
 
+    pressure = {w.name: kv_pressure_of(w.metrics) for w in probed}
     worker_kv_sample_record(  # the stored history behind the workers page's KV chart
-        usage={
-            w.name: w.metrics["vllm:kv_cache_usage_perc"]
-            for w in probed
-            if isinstance(w.metrics.get("vllm:kv_cache_usage_perc"), int | float)
-        }
+        usage={name: value for name, value in pressure.items() if value is not None}
     )
     publish_now(
         platform_group("workers"),
@@ -234,7 +315,7 @@ def workers_probe_all(*, client: httpx.Client | None = None) -> list[Worker]:
                     "state": w.state,
                     "pool": w.pool,
                     "model": w.model,
-                    "kv_usage": w.metrics.get("vllm:kv_cache_usage_perc"),
+                    "kv_usage": pressure.get(w.name),
                     "running": w.metrics.get("vllm:num_requests_running"),
                     "waiting": w.metrics.get("vllm:num_requests_waiting"),
                     "hit_rate": _hit_rate(w.metrics),

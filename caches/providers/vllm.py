@@ -26,6 +26,7 @@ from caches.content import CacheContent
 from caches.providers.base import PermanentProviderError, RemoteState, TransientProviderError
 from tenants.salt import tenant_cache_salt
 from workers.routing import placement_for
+from workers.secrets import unseal
 from workers.selectors import worker_list_serving
 
 if TYPE_CHECKING:
@@ -63,10 +64,11 @@ class VllmProvider:
         # One pooled client per process rather than one per operation (never closed).
         self.client = client or shared_client()
 
-    def _headers(self, request_id: str) -> dict[str, str]:
+    def _headers(self, request_id: str, worker: Worker) -> dict[str, str]:
         headers = {"X-Request-Id": request_id}
-        if settings.CACHEPLANE_VLLM_API_KEY:
-            headers["Authorization"] = f"Bearer {settings.CACHEPLANE_VLLM_API_KEY}"
+        key = unseal(worker.api_key_sealed) or settings.CACHEPLANE_VLLM_API_KEY
+        if key:  # the worker's own key from the registry, else the deployment's
+            headers["Authorization"] = f"Bearer {key}"
         return headers
 
     def _warm(self, worker: Worker, cache: CacheObject, request_id: str) -> dict[str, Any]:
@@ -81,7 +83,7 @@ class VllmProvider:
             response = self.client.post(
                 f"{worker.base_url.rstrip('/')}/v1/chat/completions",
                 json=body,
-                headers=self._headers(request_id),
+                headers=self._headers(request_id, worker),
                 timeout=settings.CACHEPLANE_PROVIDER_TIMEOUT_SECONDS,
             )
         except httpx.TransportError as exc:

@@ -19,4 +19,5 @@ urlpatterns = [
     path("", include("frontend.api.urls")),
     path("", include("billing.api.urls")),
     path("", include("gateway.api.urls")),
+    path("", include("workers.api.urls")),
 ]

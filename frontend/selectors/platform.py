@@ -108,18 +108,65 @@ def _ratio(metrics: dict[str, Any] | None, hits: str, queries: str) -> float | N
     return round((metrics.get(hits) or 0) / q, 4) if q else None
 
 
+def _events_text(worker: Any, status: dict[str, Any] | None) -> tuple[str, bool]:
+    """What the console says about a worker's KV events, and whether that is a problem."""
+    if not worker.kv_events_endpoint:
+        return "not configured", False
+    if status is None:
+        return "unknown (Redis unreachable)", True
+    if status["hash_bad"]:
+        return (
+            f"hashes do not match ({status['hash_bad']} of "
+            f"{status['hash_bad'] + status['hash_ok']} checked): routed approximately",
+            True,
+        )
+    if not status["live"]:
+        age = status["age_seconds"]
+        return ("not arriving" + (f" (last {age:.0f} s ago)" if age is not None else "")), True
+    return f"live, {status['resident_blocks']} blocks indexed", False
+
+
 def worker_rows() -> list[dict[str, Any]]:
-    """Workers with their last scraped health, KV usage and prefix hit rate."""
+    """Workers with their last scraped health, KV usage and prefix hit rate, how the gateway
+    routes them (exact, or approximate and why) and whether their KV events arrive."""
+    from workers.hash_config import REASONS, worker_hash_spec
     from workers.models import Worker
 
-    return [
-        {
+    workers = list(Worker.objects.order_by("pool", "name")[:200])
+    try:
+        from controlplane.ops import redis_client
+        from workers.kv_index import worker_event_status
+
+        events = worker_event_status(redis_client(), workers=[w.name for w in workers])
+    except Exception:  # the page still renders without Redis; the column says so
+        events = {}
+    rows = []
+    for w in workers:
+        spec, reason = worker_hash_spec(w)
+        text, problem = _events_text(w, events.get(w.name))
+        routing = "exact" if spec else f"approximate: {REASONS.get(reason, reason)}"
+        if spec and problem and w.kv_events_endpoint:
+            routing = "approximate: KV events " + text.split(":")[0]
+        rows.append(_worker_row(w, routing=routing, events=text, events_problem=problem))
+    return rows
+
+
+def _worker_row(w: Any, **extra: Any) -> dict[str, Any]:
+    from workers.kv_pressure import RESIDENT, kv_pressure_of
+
+    return {
+        **extra,
+        **{
             "id": str(w.pk),
             "name": w.name,
             "pool": w.pool,
             "model": w.model,
+            "engine": w.engine,
+            "engine_version": w.engine_version,
             "state": w.state,
-            "kv_usage": (w.metrics or {}).get("vllm:kv_cache_usage_perc"),
+            "kv_usage": kv_pressure_of(w.metrics or {}),
+            "kv_running": (w.metrics or {}).get("vllm:kv_cache_usage_perc"),
+            "kv_resident": (w.metrics or {}).get(RESIDENT),
             "running": (w.metrics or {}).get("vllm:num_requests_running"),
             "waiting": (w.metrics or {}).get("vllm:num_requests_waiting"),
             "hit_rate": _ratio(
@@ -128,9 +175,8 @@ def worker_rows() -> list[dict[str, Any]]:
             "last_seen_at": w.last_seen_at.isoformat() if w.last_seen_at else None,
             "blocks": w.num_blocks,
             "capacity_tokens": (w.num_blocks or 0) * w.block_size,
-        }
-        for w in Worker.objects.order_by("pool", "name")[:200]
-    ]
+        },
+    }
 
 
 def workers_summary() -> dict[str, Any]:

@@ -32,6 +32,7 @@ from gateway.adapters.base import (
 from gateway.directory import WorkerView, directory
 from gateway.errors import GatewayError
 from gateway.routing import PrefixIndex, order_candidates, pool_under_pressure, route_request
+from workers.engine.parameters import unsupported_parameters
 
 MAX_FAILOVER = 3
 prefix_index = PrefixIndex()
@@ -94,6 +95,10 @@ class VllmAdapter:
             allowed=CHAT_PARAMETERS if call.kind == "chat" else COMPLETION_PARAMETERS,
             provider="vLLM",
         )
+        serving = directory.serving(body.get("model") if isinstance(body.get("model"), str) else "")
+        if serving and all(w.engine == "reference" for w in serving):
+            for name in unsupported_parameters(body):
+                raise refuse(name, "vLLM", "the reference worker serving it does not implement it")
         options = body.get("stream_options") or {}
         if set(options) - {"include_usage", "continuous_usage_stats"}:
             bad = sorted(set(options) - {"include_usage", "continuous_usage_stats"})[0]
@@ -339,8 +344,11 @@ async def _send(
         while True:
             directory.acquire(worker.name)
             try:
+                sent = headers
+                if worker.api_key:  # the worker's own --api-key, from the registry
+                    sent = {**headers, "Authorization": f"Bearer {worker.api_key}"}
                 response = await upstream.post(
-                    worker.base_url + path, json=body, headers=headers, fresh=retried
+                    worker.base_url + path, json=body, headers=sent, fresh=retried
                 )
                 return worker, response
             except upstream.ConnectFailed as exc:

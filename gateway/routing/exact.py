@@ -120,16 +120,20 @@ async def route_request(
     # freshness (and the fleet's load), and the first request that finds it fresh again
     # hashes and decides at once, in a second call.
     hash_now = enabled and fleet.index_fresh.get(pool_key, True)
+    # One prediction serves the whole pool only if every worker hashes the same way.
+    specs = {w.hash_spec for w in workers}
+    spec = workers[0].hash_spec if len(specs) == 1 else None
+    spec_reason = workers[0].hash_reason if len(specs) == 1 else "mixed_hash_config"
+    if spec is None:
+        spec_reason = spec_reason or next((w.hash_reason for w in workers if w.hash_reason), "")
     client = fleet.fleet_client()
     load = dict(inflight)
     decision: RouteDecision | None = None
     reason = ""
     for _attempt in range(2):
         hashes = (
-            request_block_hashes(
-                body, kind=kind, engine=workers[0].engine, salt=salt, block_size=block_size
-            )
-            if hash_now
+            request_block_hashes(body, kind=kind, spec=spec, salt=salt)
+            if hash_now and spec is not None
             else None
         )
         # Ties (equal score) go by rendezvous on the first block (``KEY_BLOCK``), salted:
@@ -145,7 +149,7 @@ async def route_request(
         if not enabled:
             reason = "disabled"
         elif hash_now and hashes is None:
-            reason = "no_tokenizer"
+            reason = spec_reason or "untokenized"  # tokenizer failed to load, or the body
         if client is None:
             reason = reason or "no_redis"
             break
@@ -195,7 +199,7 @@ async def route_request(
                 holders=tuple(holders),
             )
             break
-        if enabled and not fresh and reason != "no_tokenizer":
+        if enabled and not fresh and not reason:
             reason = "stale_index"
         if hash_now or not enabled or not fresh:
             break

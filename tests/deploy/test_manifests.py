@@ -146,10 +146,14 @@ def test_the_generated_vllm_command_has_a_replay_socket_and_the_workers_api_key(
 ) -> None:
     import json
 
-    from workers.engine_launch import build_command
+    from workers.engine_launch import _parser, build_launch
 
     monkeypatch.setenv("CACHEPLANE_VLLM_API_KEY", "k-3f9a1c")
-    argv, env = build_command("vllm", ["--model", "meta-llama/Llama-3.1-8B-Instruct"])
+    args, rest = _parser().parse_known_args(
+        ["--engine", "vllm", "--kv-events-endpoint", "tcp://*:5557,tcp://*:5558"]
+    )
+    launch = build_launch(args, [*rest, "--model", "meta-llama/Llama-3.1-8B-Instruct"])
+    argv, env = launch.argv, launch.env
     events = json.loads(argv[argv.index("--kv-events-config") + 1])
     assert events["endpoint"] == "tcp://*:5557"
     assert events["replay_endpoint"] == "tcp://*:5558"

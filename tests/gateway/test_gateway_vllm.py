@@ -81,6 +81,60 @@ def test_models_lists_worker_and_vertex_models(live_server_url, ref_workers, ten
     assert MODEL in ids and "gemini-2.5-flash" in ids
 
 
+def test_models_retrieve_finds_a_served_model_and_404s_an_unknown_one(
+    live_server_url, ref_workers, tenant_keys
+):
+    client = _client(live_server_url, tenant_keys["gw-acme"]["key"])
+    card = client.models.retrieve(MODEL)  # an id with a slash
+    assert (card.id, card.owned_by) == (MODEL, "vllm")
+    assert client.models.retrieve("gemini-2.5-flash").owned_by == "vertex"
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("no-such-model")
+    assert missing.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.AuthenticationError):
+        _client(live_server_url, "cpk_wrong").models.retrieve(MODEL)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("response_format", {"type": "json_object"}),
+        ("logit_bias", {"50": 5}),
+        ("presence_penalty", 0.5),
+        ("frequency_penalty", 0.5),
+        ("min_p", 0.1),
+    ],
+)
+def test_sampling_the_reference_worker_cannot_do_is_refused_not_ignored(
+    live_server_url, ref_workers, tenant_keys, name, value
+):
+    response = httpx.post(
+        f"{live_server_url}/v1/chat/completions",
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "x"}],
+            "max_tokens": 2,
+            name: value,
+        },
+        headers={"Authorization": f"Bearer {tenant_keys['gw-acme']['key']}"},
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["code"], error["param"]) == ("unsupported_parameter", name)
+
+
+def test_best_of_on_completions_is_refused_for_the_reference_worker(
+    live_server_url, ref_workers, tenant_keys
+):
+    response = httpx.post(
+        f"{live_server_url}/v1/completions",
+        json={"model": MODEL, "prompt": "x", "max_tokens": 2, "best_of": 3},
+        headers={"Authorization": f"Bearer {tenant_keys['gw-acme']['key']}"},
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "unsupported_parameter"
+
+
 def test_client_supplied_cache_salt_is_refused(live_server_url, ref_workers, tenant_keys):
     client = _client(live_server_url, tenant_keys["gw-acme"]["key"])
     with pytest.raises(openai.BadRequestError) as raised:

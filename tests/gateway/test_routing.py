@@ -115,9 +115,9 @@ def _route(workers, body, **kw):
 
 def _hold(redis, worker: str, body, salt: str = "tenant-a") -> int:
     from workers import kv_index
-    from workers.request_hashing import request_block_hashes
+    from workers.request_hashing import REFERENCE_SPEC, request_block_hashes
 
-    hashes = request_block_hashes(body, kind="chat", engine="reference", salt=salt, block_size=16)
+    hashes = request_block_hashes(body, kind="chat", spec=REFERENCE_SPEC, salt=salt)
     kv_index.apply_events(
         redis,
         worker=worker,
@@ -249,15 +249,13 @@ def test_another_replica_follows_a_new_prefix_to_where_the_first_one_sent_it(red
 
 def test_the_workers_block_stored_event_replaces_the_claim(redis_flush):
     from workers import kv_index
-    from workers.request_hashing import request_block_hashes
+    from workers.request_hashing import REFERENCE_SPEC, request_block_hashes
 
     workers = _workers()
     kv_index.mark_live(redis_flush, workers=[w.name for w in workers])
     chosen = _route(workers, NEW, replica="gw-a").candidates[0].name
     pending = kv_index.pending_key(chosen)
-    hashes = request_block_hashes(
-        NEW, kind="chat", engine="reference", salt="tenant-a", block_size=16
-    )
+    hashes = request_block_hashes(NEW, kind="chat", spec=REFERENCE_SPEC, salt="tenant-a")
     assert redis_flush.hlen(pending) == len(hashes)
     kv_index.apply_events(
         redis_flush,

@@ -13,7 +13,7 @@ from workers import kv_index, load_state
 from workers.engine.kv_events import KVEventsConfig
 from workers.engine.launcher import serve
 from workers.kv_indexer import IndexerThread, Source
-from workers.request_hashing import request_block_hashes
+from workers.request_hashing import REFERENCE_SPEC, request_block_hashes
 
 pytestmark = pytest.mark.slow
 SYSTEM = "You are the support assistant. " * 12  # ~370 tokens: 20+ full blocks
@@ -40,7 +40,7 @@ def _chat(worker, salt: str) -> dict:
 
 
 def _depth(redis, worker: str, body: dict, salt: str) -> tuple[int, int]:
-    hashes = request_block_hashes(body, kind="chat", engine="reference", salt=salt, block_size=16)
+    hashes = request_block_hashes(body, kind="chat", spec=REFERENCE_SPEC, salt=salt)
     pipe = redis.pipeline(transaction=False)
     kv_index.queue_lookup(pipe, workers=[worker], hashes=hashes)
     depths, _fresh = kv_index.parse_lookup(

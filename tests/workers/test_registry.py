@@ -12,7 +12,6 @@ from audit.models import AuditEvent
 from tenants.actor import Actor
 from tests.workers.engine.support import tiny_config
 from workers.engine.launcher import serve
-from workers.engine_launch import build_command
 from workers.models import Worker, WorkerState
 from workers.routing import placement_for, rendezvous_order
 from workers.services import worker_probe, worker_register
@@ -66,64 +65,110 @@ def test_rendezvous_placement_is_stable_and_moves_little_when_a_worker_leaves() 
     assert len(rendezvous_order("x", pool)) == 5
 
 
-def test_vllm_engine_command_carries_the_flags_cacheplane_relies_on() -> None:
-    argv, env = build_command(
+def _launch(*argv: str):
+    from workers.engine_launch import _parser, build_launch
+
+    args, rest = _parser().parse_known_args(list(argv))
+    return build_launch(args, rest)
+
+
+def test_vllm_engine_command_passes_every_vllm_flag_through_and_starts_the_api_server() -> None:
+    launch = _launch(
+        "--engine",
         "vllm",
-        ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8100", "--block-size", "32"],
+        "--kv-events-endpoint",
+        "tcp://*:6001",
+        "--kv-events-replay-endpoint",
+        "tcp://*:6002",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--port",
+        "8100",
+        "--tensor-parallel-size",
+        "2",
+        "--max-num-seqs=7",
+        "--enable-lora",
     )
-    assert argv[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
-    assert "--enable-prompt-tokens-details" in argv
+    argv = launch.argv
+    assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    # Everything Cacheplane does not own reaches vLLM verbatim and in order.
+    tail = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8100"]
+    tail += ["--tensor-parallel-size", "2", "--max-num-seqs=7", "--enable-lora"]
+    assert argv[-len(tail) :] == tail
+    assert "--enable-prompt-tokens-details" in argv and "--enable-prefix-caching" in argv
     assert argv[argv.index("--prefix-caching-hash-algo") + 1] == "sha256_cbor"
-    assert argv[argv.index("--block-size") + 1] == "32"
-    assert "--kv-events-config" in argv
-    assert "PYTHONHASHSEED" in env
+    assert launch.events == "tcp://*:6001,tcp://*:6002"
+    assert launch.env["PYTHONHASHSEED"] == "0"
 
 
-@pytest.mark.django_db(transaction=True)  # the subprocess commits; the flush removes it
-def test_cacheplane_worker_dry_run_registers_and_prints_the_vllm_command() -> None:
+def test_operator_flags_after_the_double_dash_win_over_cacheplanes_defaults() -> None:
+    from workers.engine_launch import _parser, build_launch
+
+    args, rest = _parser().parse_known_args(["--engine", "vllm"])
+    launch = build_launch(
+        args,
+        [
+            *rest,
+            "--model",
+            "m",
+            "--prefix-caching-hash-algo",
+            "sha256",
+            "--kv-events-config",
+            '{"enable_kv_cache_events": true, "endpoint": "tcp://*:7000"}',
+        ],
+    )
+    assert launch.argv.count("--prefix-caching-hash-algo") == 1
+    assert launch.argv[launch.argv.index("--prefix-caching-hash-algo") + 1] == "sha256"
+    assert launch.argv.count("--kv-events-config") == 1
+    assert launch.events == "tcp://*:7000"
+
+
+def _cli(*argv: str, **env: str) -> subprocess.CompletedProcess:
+    import os
+
+    from django.conf import settings
     from django.db import connection
 
     db = connection.settings_dict
     host = (db["HOST"] or "").replace("/", "%2F")
     port = f":{db['PORT']}" if db.get("PORT") else ""
-    import os
-
-    from django.conf import settings
-
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgresql://{db['USER']}@{host}{port}/{db['NAME']}",
-        "REDIS_URL": settings.REDIS_URL,
-    }
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "controlplane.cli",
-            "worker",
-            "--engine",
-            "vllm",
-            "--dry-run",
-            "--register",
-            "gpu-7",
-            "--advertise-url",
-            "http://10.1.2.3:8000",
-            "--model",
-            "meta-llama/Llama-3.1-8B-Instruct",
-            "--port",
-            "8000",
-        ],
+    return subprocess.run(
+        [sys.executable, "-m", "controlplane.cli", "worker", *argv],
         cwd=REPO,
-        env=env,
+        env={
+            **os.environ,
+            "DATABASE_URL": f"postgresql://{db['USER']}@{host}{port}/{db['NAME']}",
+            "REDIS_URL": settings.REDIS_URL,
+            **env,
+        },
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+@pytest.mark.django_db(transaction=True)  # the subprocess would commit to the same database
+def test_cacheplane_worker_dry_run_prints_the_registration_and_writes_nothing() -> None:
+    result = _cli(
+        "--engine",
+        "vllm",
+        "--dry-run",
+        "--register",
+        "gpu-7",
+        "--advertise-url",
+        "http://10.1.2.3:8000",
+        "--",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--port",
+        "8000",
+    )
     assert result.returncode == 0, result.stderr
-    assert "registered worker gpu-7" in result.stdout
-    assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in result.stdout
-    # The subprocess committed to the same (test) database.
-    assert Worker.objects.filter(name="gpu-7", engine="vllm").exists()
+    assert "would register worker gpu-7" in result.stdout
+    assert "KV events tcp://*:5557,tcp://*:5558" in result.stdout
+    assert "-m vllm.entrypoints.openai.api_server" in result.stdout
+    assert not Worker.objects.filter(name="gpu-7").exists()
+    assert not AuditEvent.objects.filter(action="workers.worker.register").exists()
 
 
 class _SwitchableWorker:

@@ -2,8 +2,11 @@
 
 vLLM hashes every *full* block as ``H_i = hash_fn((H_{i-1}, tuple(block_tokens), extra))``
 with ``H_{-1} = NONE_HASH = hash_fn(seed)`` (``seed`` is ``PYTHONHASHSEED`` in vLLM). ``extra``
-is a tuple of extra keys or ``None``; the only one the reference worker knows is
-``cache_salt``, which enters block 0 alone, so later blocks inherit isolation through the chain.
+is a tuple of extra keys or ``None``; the only one the reference worker knows is the salt,
+which enters block 0 alone (later blocks inherit isolation through the chain) as the tagged
+pair ``("cache_salt", salt)``: what vLLM 0.32 hashes (measured against its KV events,
+``tests/workers/real_vllm/test_hash_conformance.py``). Releases before the tagged keys
+(vLLM's source up to mid-2026) used the bare salt; :data:`SALT_KEY_FORMS` names both.
 
 Two serializations are implemented, named as vLLM's ``--prefix-caching-hash-algo`` values:
 
@@ -65,10 +68,20 @@ def none_hash(seed: str, algo: str = "sha256_cbor") -> bytes:
     return hash_function(algo)(seed)
 
 
-def block_extra_keys(block_index: int, cache_salt: str | None) -> tuple[Any, ...] | None:
-    """Extra keys of one block: ``(cache_salt,)`` for block 0 when salted, else ``None``."""
-    if block_index == 0 and cache_salt is not None:
-        return (cache_salt,)
+#: How the salt enters block 0's extra keys: ``tagged`` = ``(("cache_salt", salt),)`` (vLLM
+#: 0.32, the reference worker), ``bare`` = ``(salt,)`` (earlier releases).
+SALT_KEY_FORMS = ("tagged", "bare")
+
+
+def block_extra_keys(
+    block_index: int, cache_salt: str | None, salt_form: str = "tagged"
+) -> tuple[Any, ...] | None:
+    """Extra keys of one block: the salt entry for block 0 when salted, else ``None``.
+
+    vLLM skips an empty salt (``if request.cache_salt``), so ``""`` is unsalted too.
+    """
+    if block_index == 0 and cache_salt:
+        return (("cache_salt", cache_salt),) if salt_form == "tagged" else (cache_salt,)
     return None
 
 

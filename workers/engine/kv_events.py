@@ -285,8 +285,11 @@ class ZmqEventPublisher(EventPublisher):
         start = int.from_bytes(start_bytes, "big")
         for seq, payload in list(self._buffer):
             if seq >= start:
-                self._replay.send_multipart([*envelope, seq.to_bytes(8, "big"), payload])  # type: ignore[union-attr]
-        self._replay.send_multipart([*envelope, END_SEQ, b""])  # type: ignore[union-attr]
+                # As vLLM 0.32: the topic frame too, as on the live stream.
+                self._replay.send_multipart(  # type: ignore[union-attr]
+                    [*envelope, self._topic, seq.to_bytes(8, "big"), payload]
+                )
+        self._replay.send_multipart([*envelope, b"", END_SEQ, b""])  # type: ignore[union-attr]
 
 
 def create_publisher(config: KVEventsConfig | None) -> EventPublisher:

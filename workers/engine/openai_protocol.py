@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.engine import tokenizer
+from workers.engine.parameters import unsupported_parameters
 from workers.engine.request import RequestOutput, SamplingParams
 
 
@@ -249,16 +250,8 @@ def parse_generation(
 
 def _reject_unsupported(body: dict[str, Any]) -> None:
     """Refuse, rather than silently ignore, features whose output the worker cannot produce."""
-    used = {
-        "logprobs": body.get("logprobs") not in (None, False),
-        "top_logprobs": body.get("top_logprobs") not in (None, 0),
-        "prompt_logprobs": body.get("prompt_logprobs") is not None,
-        "suffix": body.get("suffix") is not None,
-        "tools": bool(body.get("tools")),
-    }
-    for name, present in used.items():
-        if present:
-            raise APIError(f"'{name}' is not supported by the reference worker", param=name)
+    for name in unsupported_parameters(body):
+        raise APIError(f"'{name}' is not supported by the reference worker", param=name)
 
 
 def new_request_id() -> str:
@@ -272,14 +265,12 @@ def now() -> int:
 def usage(
     prompt_tokens: int, completion_tokens: int, cached_tokens: int, *, details_enabled: bool
 ) -> dict[str, Any]:
-    """``usage`` as vLLM fills it: details only when enabled *and* something was cached."""
+    """``usage`` as vLLM 0.32 fills it: details whenever enabled, a miss as 0 (not null)."""
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
-        "prompt_tokens_details": (
-            {"cached_tokens": cached_tokens} if details_enabled and cached_tokens else None
-        ),
+        "prompt_tokens_details": ({"cached_tokens": cached_tokens} if details_enabled else None),
     }
 
 

@@ -4,7 +4,7 @@ Handlers only translate: validate (``openai_protocol``), submit to the engine th
 its outputs and shape the response. Paths, status codes and bodies follow vLLM (see
 ``shared/specs/vllm-protocol.md`` section 1), including the quirks clients depend on: the API
 key guards ``/v1`` paths only, dev endpoints do not exist (404) unless dev mode is on, and
-``/reset_prefix_cache`` answers 200 even when the reset could not happen.
+``/reset_prefix_cache`` answers 200 with ``{"success": bool}`` (false: blocks in use).
 """
 
 from __future__ import annotations
@@ -75,11 +75,8 @@ class _Server:
     async def json_body(request: Request) -> dict[str, Any]:
         media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media_type != "application/json":
-            raise APIError(
-                "Unsupported Media Type: Only 'application/json' is allowed",
-                status=415,
-                err_type="Unsupported Media Type",
-            )
+            # vLLM 0.32 raises a request validation error here: 400, not 415.
+            raise APIError("Unsupported Media Type: Only 'application/json' is allowed")
         raw = await request.body()
         try:
             body = json.loads(raw)
@@ -212,8 +209,8 @@ class _Server:
     # -- dev-mode endpoints -----------------------------------------------------------------
 
     async def reset_prefix_cache(self, request: Request) -> Response:
-        await self.engine.acall(lambda core: core.reset_prefix_cache())
-        return Response(status_code=200)
+        ok = await self.engine.acall(lambda core: core.reset_prefix_cache())
+        return JSONResponse({"success": bool(ok)})  # vLLM 0.32's answer
 
     async def noop(self, request: Request) -> Response:
         return Response(status_code=200)

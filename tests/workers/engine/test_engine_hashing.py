@@ -9,6 +9,7 @@ import pytest
 
 from workers.engine.hashing import (
     BlockHasher,
+    block_extra_keys,
     block_hash_chain,
     cbor_encode,
     event_hash,
@@ -60,9 +61,22 @@ def test_chain_follows_vllm_formula_with_salt_in_block_zero_only() -> None:
     tokens = list(range(40))
     seed_hash = hashlib.sha256(cbor_encode("7")).digest()
     assert none_hash("7") == seed_hash
-    h0 = sha256_cbor((seed_hash, tuple(range(16)), ("tenant-a",)))
+    # vLLM 0.32 tags the salt: block 0's extra keys are (("cache_salt", salt),).
+    h0 = sha256_cbor((seed_hash, tuple(range(16)), (("cache_salt", "tenant-a"),)))
     h1 = sha256_cbor((h0, tuple(range(16, 32)), None))
     assert block_hash_chain(tokens, cache_salt="tenant-a", hash_seed="7") == [h0, h1]
+
+
+def test_releases_before_tagged_salts_hash_the_bare_salt() -> None:
+    seed_hash = none_hash("0")
+    bare = sha256_cbor((seed_hash, tuple(range(16)), ("tenant-a",)))
+    hasher = BlockHasher(block_size=16)
+    assert block_extra_keys(0, "tenant-a", "bare") == ("tenant-a",)
+    assert block_extra_keys(0, "", "tagged") is None  # vLLM skips an empty salt
+    assert (
+        hasher.hash_fn((seed_hash, tuple(range(16)), block_extra_keys(0, "tenant-a", "bare")))
+        == bare
+    )
 
 
 def test_pickle_algorithm_matches_vllm_default_sha256() -> None:

@@ -109,7 +109,7 @@ def test_events_carry_vllm_hashes_in_both_encodings_and_replay(
             "lora_id": None,
             "medium": "GPU",
             "lora_name": None,
-            "extra_keys": [("tenant-a",)] + [None] * 5,
+            "extra_keys": [(["cache_salt", "tenant-a"],)] + [None] * 5,  # tagged, as vLLM 0.32
             "group_idx": 0,
             "kv_cache_spec_kind": "full_attention",
             "kv_cache_spec_sliding_window": None,
@@ -140,7 +140,7 @@ def test_events_carry_vllm_hashes_in_both_encodings_and_replay(
                 None,
                 "GPU",
                 None,
-                [["tenant-a"]] + [None] * 5,
+                [[["cache_salt", "tenant-a"]]] + [None] * 5,
                 0,
                 "full_attention",
                 None,
@@ -173,7 +173,7 @@ def _replay(worker: RunningWorker, start: int) -> list[tuple[int, bytes]]:
         batches = []
         while True:
             assert dealer.poll(5000), "replay stalled"
-            _, seq_bytes, payload = dealer.recv_multipart()
+            _, _topic, seq_bytes, payload = dealer.recv_multipart()  # as vLLM 0.32 sends
             seq = int.from_bytes(seq_bytes, "big", signed=True)
             if seq == -1:
                 assert payload == b""

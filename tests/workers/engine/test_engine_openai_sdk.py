@@ -29,7 +29,7 @@ def test_openai_sdk_plain_and_streaming_with_cache_salt(
         temperature=0,
         extra_body={"cache_salt": "tenant-a"},
     )
-    assert first.usage.prompt_tokens_details is None
+    assert first.usage.prompt_tokens_details.cached_tokens == 0  # vLLM 0.32: 0, not null
     again = client.chat.completions.create(
         model=MODEL,
         messages=messages,
@@ -46,7 +46,7 @@ def test_openai_sdk_plain_and_streaming_with_cache_salt(
         temperature=0,
         extra_body={"cache_salt": "tenant-b"},
     )
-    assert other_tenant.usage.prompt_tokens_details is None
+    assert other_tenant.usage.prompt_tokens_details.cached_tokens == 0
 
     stream = client.chat.completions.create(
         model=MODEL,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from workers.engine.hashing import block_hash_chain, event_hash
-from workers.request_hashing import request_block_hashes
+from workers.request_hashing import REFERENCE_SPEC, request_block_hashes
 
 
 def test_chat_render_returns_the_engines_token_ids_and_salt(worker):
@@ -22,9 +22,7 @@ def test_chat_render_returns_the_engines_token_ids_and_salt(worker):
     assert rendered["sampling_params"]["max_tokens"] == 3
     # The gateway's own hashing (no engine import) predicts the same blocks.
     chain = [event_hash(d) for d in block_hash_chain(rendered["token_ids"], cache_salt="tenant-a")]
-    predicted = request_block_hashes(
-        body, kind="chat", engine="reference", salt="tenant-a", block_size=16
-    )
+    predicted = request_block_hashes(body, kind="chat", spec=REFERENCE_SPEC, salt="tenant-a")
     assert chain and predicted == chain
 
 
