@@ -108,18 +108,39 @@ def _redis() -> Any:
     return ops.redis_client()
 
 
-def _record(task_name: str, **fields: str) -> None:
+def _record(task_name: str, count: str, **fields: str) -> None:
+    """Count one ``count`` (successes, failures, retries) of a watched job, set ``fields``."""
     if task_name not in WATCHED_TASKS:
         return
+    key = f"{HEALTH_KEY_PREFIX}{task_name}"
     # Best effort: a Redis outage must not fail the task that just finished.
     with contextlib.suppress(Exception):
-        _redis().hset(f"{HEALTH_KEY_PREFIX}{task_name}", mapping=fields)
+        pipe = _redis().pipeline(transaction=False)
+        pipe.hincrby(key, count, 1)
+        if fields:
+            pipe.hset(key, mapping=fields)
+        pipe.execute()
+
+
+def background_jobs_state() -> dict[str, dict[str, str]]:
+    """Each watched job's record: ``successes``, ``failures``, ``retries`` (counts since
+    Redis was last emptied), ``last_success``, ``last_failure`` (epoch seconds),
+    ``last_error``. Raises ``redis.RedisError``."""
+    client = _redis()
+    pipe = client.pipeline(transaction=False)
+    for name in WATCHED_TASKS:
+        pipe.hgetall(f"{HEALTH_KEY_PREFIX}{name}")
+    return {
+        name: {k.decode(): v.decode() for k, v in raw.items()}
+        for name, raw in zip(WATCHED_TASKS, pipe.execute(), strict=True)
+    }
 
 
 def _count_retry(request: Any = None, reason: Any = None, **_: object) -> None:
     name = getattr(request, "task", None) or "unknown"
     label = getattr(reason, "reason", None) or type(reason).__name__
     TASK_RETRIES.labels(task=name, reason=label).inc()
+    _record(name, "retries", last_error=f"retried: {reason}"[:300])
 
 
 def _count_failure(sender: Any = None, exception: BaseException | None = None, **_: object) -> None:
@@ -133,7 +154,7 @@ def _count_failure(sender: Any = None, exception: BaseException | None = None, *
 
 
 def _record_success(sender: Any = None, **_: object) -> None:
-    _record(getattr(sender, "name", None) or "unknown", last_success=str(time.time()))
+    _record(getattr(sender, "name", None) or "unknown", "successes", last_success=str(time.time()))
 
 
 def task_health_signals_connect() -> None:
@@ -158,18 +179,13 @@ def background_jobs_overdue(*, now: float | None = None) -> list[OverdueJob]:
     """The watched jobs that are overdue (see the module); [] when Redis cannot say."""
     now = time.time() if now is None else now
     try:
-        client = _redis()
-        pipe = client.pipeline(transaction=False)
-        for name in WATCHED_TASKS:
-            pipe.hgetall(f"{HEALTH_KEY_PREFIX}{name}")
-        states = pipe.execute()
+        states = background_jobs_state()
     except Exception:
         return []  # Redis itself is down: /readyz and the console's status say so
     overdue = []
-    for name, raw in zip(WATCHED_TASKS, states, strict=True):
+    for name, state in states.items():
         interval = _interval_seconds(name)
-        state = {k.decode(): v.decode() for k, v in raw.items()}
-        if interval is None or not state:
+        if interval is None or not {"last_success", "last_failure", "retries"} & state.keys():
             continue
         success = float(state["last_success"]) if "last_success" in state else None
         late = success is None or now - success > OVERDUE_INTERVALS * interval

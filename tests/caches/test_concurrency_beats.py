@@ -41,6 +41,7 @@ from billing.services.reprice import usage_reprice
 from caches.models import CacheObject, CacheState
 from caches.services import lifecycle
 from caches.services.execution import operation_execute
+from controlplane.task_health import background_jobs_state
 from tenants.services import keys
 from tests.caches.conftest import big_content
 from tests.caches.processes import (
@@ -112,13 +113,13 @@ class Load:
                 ):
                     self.gateway_ok.append(request_id)
 
-    def _budgets(self, tenant: dict) -> None:
+    def _budgets(self, tenant: dict, n: int) -> None:
         base = f"/api/v1/tenants/{tenant['slug']}/budgets"
         headers = {"authorization": f"Bearer {tenant['rest_key']}"}
         created = 0
         with httpx.Client(headers=headers) as client:
             while not self.stop.is_set():
-                if created < 6:
+                if n == 0 and created < 4:
                     created += 1
                     body = {
                         "name": f"stress-{created}",
@@ -131,13 +132,15 @@ class Load:
                 listed = self._call(client, "budget list", "GET", base)
                 for budget in listed.json()["results"] if listed.status_code == 200 else []:
                     spent = (budget["current_period"] or {}).get("spent_micros", 0)
-                    self._call(
-                        client,
-                        "budget patch",
-                        "PATCH",
-                        f"{base}/{budget['id']}",
-                        json={"limit_micros": spent + 60_000},
-                    )
+                    # Just above the spend: the next settlements cross thresholds again.
+                    for headroom in (60_000, 30_000):
+                        self._call(
+                            client,
+                            "budget patch",
+                            "PATCH",
+                            f"{base}/{budget['id']}",
+                            json={"limit_micros": spent + headroom},
+                        )
 
     def _caches(self, tenant: dict) -> None:
         base = f"/api/v1/tenants/{tenant['slug']}/caches"
@@ -180,7 +183,8 @@ class Load:
         for tenant in self.tenants:
             for n in range(2):
                 self.threads.append(threading.Thread(target=self._gateway, args=(tenant, n)))
-            self.threads.append(threading.Thread(target=self._budgets, args=(tenant,)))
+            for n in range(2):
+                self.threads.append(threading.Thread(target=self._budgets, args=(tenant, n)))
             self.threads.append(threading.Thread(target=self._caches, args=(tenant,)))
         self.threads.append(threading.Thread(target=self._operator, args=(operator_actor,)))
         for thread in self.threads:
@@ -209,7 +213,7 @@ def _cache(tenant, admin, name: str, *, words: int = 1500) -> CacheObject:
 
 
 def test_budget_edits_reprices_and_every_beat_under_traffic_never_deadlock_nor_fail_a_task(
-    vertex, live_server_url, tenant_keys, platform_admin, tmp_path
+    vertex, live_server_url, tenant_keys, platform_admin, redis_flush, tmp_path
 ) -> None:
     price_vertex_output_only(model=FLASH, output_per_mtok="1000")  # 1,000 µ$ per token
     price_vertex_storage(model="gemini-2.5-pro")
@@ -252,11 +256,12 @@ def test_budget_edits_reprices_and_every_beat_under_traffic_never_deadlock_nor_f
     try:
         for worker, log in zip(workers, logs, strict=False):
             wait_ready(worker, log)
+        # Two waves, each due at a sweep of the run (beat sweeps every 15 s).
         now = timezone.now()
         for n, cache in enumerate(expiring):
             CacheObject.objects.all_tenants().filter(pk=cache.pk).update(
                 activated_at=now - timedelta(minutes=30),
-                expire_at=now + timedelta(seconds=LOAD_SECONDS * (n + 1) / len(expiring) - 2),
+                expire_at=now + timedelta(seconds=-1 if n % 2 else 14),
             )
         before = _deadlocks()
         started = time.monotonic()
@@ -307,17 +312,23 @@ def test_budget_edits_reprices_and_every_beat_under_traffic_never_deadlock_nor_f
     open_holds = holds.exclude(state="settled").count()
     periods = list(BudgetPeriod.objects.all_tenants().all())
     open_redis = sum(budget_period_live(period_id=p.pk).get("reserved", 0) for p in periods)
-    sweeps = text.count("caches.tasks.cache_sweep_expired_task") // 2
-    flushes = text.count("gateway.tasks.budget_settlements_flush_task") // 2
+    jobs = background_jobs_state()  # counted by the workers' task signals
+    unhealthy = {
+        name: state for name, state in jobs.items() if {"failures", "retries"} & state.keys()
+    }
+    sweeps = int(jobs["caches.tasks.cache_sweep_expired_task"].get("successes", 0))
+    flushes = int(jobs["gateway.tasks.budget_settlements_flush_task"].get("successes", 0))
+    failed = len(trouble) + len(unhealthy)
     print(
-        f"RESULT deadlocks={after - before} failed_or_retried_tasks={len(trouble)} "
+        f"RESULT deadlocks={after - before} failed_or_retried_tasks={failed} "
         f"server_errors={len(load.errors)} gateway_ok={len(load.gateway_ok)} lost={lost} "
         f"doubled={doubled} open_holds={open_holds} open_redis_micros={open_redis} "
-        f"budgets={len({p.budget_id for p in periods})} sweeps~{sweeps} flushes~{flushes} "
+        f"budgets={len({p.budget_id for p in periods})} sweeps={sweeps} flushes={flushes} "
         f"drain_s={drain_s:.1f} total_s={elapsed:.1f} statuses={dict(load.statuses)}"
     )
     assert after - before == 0, "\n".join(trouble[:20])
-    assert trouble == []
+    assert trouble == [] and unhealthy == {}
+    assert sweeps >= 2 and flushes >= 2
     assert load.errors == []
     assert load.gateway_ok and lost == 0 and doubled == 0
     assert open_holds == 0 and open_redis == 0

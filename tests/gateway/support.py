@@ -105,6 +105,8 @@ def price_vertex_output_only(*, model: str, output_per_mtok: str) -> None:
     from billing.services.prices import model_price_create
     from tests.factories import actor_for
 
+    # Corrected versions point at their successors (PROTECT): unlink, then delete.
+    ModelPrice.objects.filter(provider="vertex", model=model).update(superseded_by=None)
     ModelPrice.objects.filter(provider="vertex", model=model).delete()
     model_price_create(
         actor=actor_for(None),
@@ -130,6 +132,8 @@ def price_vertex_storage(*, model: str, storage_per_mtok_hour: str = "4.5") -> N
     from billing.services.prices import model_price_create
     from tests.factories import actor_for
 
+    # Corrected versions point at their successors (PROTECT): unlink, then delete.
+    ModelPrice.objects.filter(provider="vertex", model=model).update(superseded_by=None)
     ModelPrice.objects.filter(provider="vertex", model=model).delete()
     model_price_create(
         actor=actor_for(None),
