@@ -54,9 +54,13 @@ class LockConflict(Exception):
     """PostgreSQL rolled the task's transaction back (deadlock or serialization failure)."""
 
     def __init__(self, sqlstate: str, message: str) -> None:
-        super().__init__(f"{LOCK_CONFLICT_SQLSTATES[sqlstate]} ({sqlstate}): {message}")
+        # args are exactly the constructor's: Celery pickles the exception of a retry.
+        super().__init__(sqlstate, message)
         self.sqlstate = sqlstate
         self.reason = LOCK_CONFLICT_SQLSTATES[sqlstate]
+
+    def __str__(self) -> str:
+        return f"{self.reason} ({self.sqlstate}): {self.args[1]}"
 
 
 #: Celery options of a task whose body runs inside :func:`lock_conflicts_retried`.
@@ -138,9 +142,10 @@ def background_jobs_state() -> dict[str, dict[str, str]]:
 
 def _count_retry(request: Any = None, reason: Any = None, **_: object) -> None:
     name = getattr(request, "task", None) or "unknown"
-    label = getattr(reason, "reason", None) or type(reason).__name__
+    cause = getattr(reason, "exc", None) or reason  # celery's Retry carries the cause
+    label = getattr(cause, "reason", None) or type(cause).__name__
     TASK_RETRIES.labels(task=name, reason=label).inc()
-    _record(name, "retries", last_error=f"retried: {reason}"[:300])
+    _record(name, "retries", last_error=f"retried: {cause}"[:300])
 
 
 def _count_failure(sender: Any = None, exception: BaseException | None = None, **_: object) -> None:
