@@ -153,6 +153,7 @@ def _count_failure(sender: Any = None, exception: BaseException | None = None, *
     TASK_FAILURES.labels(task=name).inc()
     _record(
         name,
+        "failures",
         last_failure=str(time.time()),
         last_error=f"{type(exception).__name__}: {exception}"[:300],
     )

@@ -71,6 +71,16 @@ def test_a_task_that_keeps_losing_deadlocks_is_retried_a_bounded_number_of_times
     assert failures and failures >= 1
 
 
+def test_a_watched_job_that_fails_and_never_succeeded_is_overdue(redis_flush) -> None:
+    from controlplane.task_health import _count_failure
+
+    # What the task_failure signal hands over when the flush's last retry fails.
+    _count_failure(sender=budget_settlements_flush_task, exception=LockConflict("40P01", "x"))
+    state = background_jobs_state()[FLUSH]
+    assert state["failures"] == "1" and "deadlock (40P01)" in state["last_error"]
+    assert [job.task for job in background_jobs_overdue()] == [FLUSH]
+
+
 def test_a_settlement_flush_that_stops_succeeding_is_an_alert_on_the_platform_page(
     redis_flush, platform_admin
 ) -> None:
