@@ -9,6 +9,7 @@ from billing.services.alerts import WebhookTransientError, budget_alert_deliver
 from billing.services.budgets import budget_reservations_expire
 from billing.services.usage import usage_flush
 from controlplane.celery import TRANSIENT_RETRY_POLICY
+from controlplane.task_health import LOCK_CONFLICT_RETRY, lock_conflicts_retried
 
 
 @shared_task(name="billing.tasks.usage_flush_task", ignore_result=True)
@@ -17,12 +18,18 @@ def usage_flush_task() -> int:
     return usage_flush().inserted
 
 
-@shared_task(name="billing.tasks.budget_reservations_expire_task", ignore_result=True)
+@shared_task(
+    name="billing.tasks.budget_reservations_expire_task", ignore_result=True, **LOCK_CONFLICT_RETRY
+)
 def budget_reservations_expire_task() -> int:
-    """Release holds nobody settled; a full batch re-enqueues itself (fan out by batch)."""
+    """Release holds nobody settled; a full batch re-enqueues itself (fan out by batch).
+
+    A deadlock or serialization failure is retried with jitter (controlplane.task_health).
+    """
     from django.conf import settings
 
-    released = budget_reservations_expire()
+    with lock_conflicts_retried():
+        released = budget_reservations_expire()
     if released >= settings.CACHEPLANE_BILLING_EXPIRE_BATCH:
         budget_reservations_expire_task.delay()
     return released

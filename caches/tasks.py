@@ -7,6 +7,7 @@ from django.conf import settings
 
 from caches.providers.base import TransientProviderError
 from controlplane.celery import TRANSIENT_RETRY_POLICY
+from controlplane.task_health import LOCK_CONFLICT_RETRY, lock_conflicts_retried
 
 
 @shared_task(
@@ -22,12 +23,17 @@ def cache_operation_execute_task(operation_id: str) -> None:
     operation_execute(operation_id=operation_id)
 
 
-@shared_task(name="caches.tasks.cache_sweep_expired_task")
+@shared_task(name="caches.tasks.cache_sweep_expired_task", **LOCK_CONFLICT_RETRY)
 def cache_sweep_expired_task() -> None:
-    """Expire due caches, one bounded batch per run (re-enqueues itself while work remains)."""
+    """Expire due caches, one bounded batch per run (re-enqueues itself while work remains).
+
+    A deadlock or serialization failure is retried with jitter (controlplane.task_health).
+    """
     from caches.services.scheduling import cache_expire_due
 
-    if cache_expire_due() >= _batch():
+    with lock_conflicts_retried():
+        expired = cache_expire_due()
+    if expired >= _batch():
         cache_sweep_expired_task.delay()
 
 

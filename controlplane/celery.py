@@ -22,6 +22,8 @@ from celery import Celery, Task
 from celery.schedules import crontab
 from celery.signals import before_task_publish, task_postrun, task_prerun
 
+from controlplane.task_health import task_health_signals_connect
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
 app = Celery("cacheplane")
@@ -130,6 +132,8 @@ TRANSIENT_RETRY_POLICY: RetryPolicy = {
 }
 
 app.conf.beat_schedule = BEAT_SCHEDULE
+# Retry and failure counters, last-success records of the watched beat jobs.
+task_health_signals_connect()
 app.autodiscover_tasks(
     ["controlplane", "tenants", "audit", "caches", "billing", "workers", "gateway"]
 )

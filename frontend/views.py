@@ -19,6 +19,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from caches import selectors as cache_selectors
+from controlplane.task_health import background_jobs_overdue
 from frontend import selectors
 from frontend.requests import ConsoleRequest, PlatformPageRequest, TenantPageRequest
 from tenants.access import PermissionMissing, access_platform, access_tenant
@@ -192,7 +193,13 @@ def platform_overview(request: PlatformPageRequest) -> HttpResponse:
     return render(
         request,
         "frontend/platform.html",
-        _context(request, summary=summary, top=summary["top"], page_data=summary),
+        _context(
+            request,
+            summary=summary,
+            top=summary["top"],
+            page_data=summary,
+            background_alerts=background_jobs_overdue(),
+        ),
     )
 
 

@@ -18,6 +18,7 @@ from audit.services import audit_record
 from audit.snapshot import EMPTY, diff, model_snapshot
 from billing.errors import InvalidBudget, InvalidPeriod, InvalidThreshold
 from billing.models import Budget, BudgetPeriod, BudgetPeriodKind, _new_webhook_secret
+from billing.services.budget_locks import budget_lock_for_edit
 from billing.services.budget_periods import budget_period_ensure
 from tenants.actor import Actor
 from tenants.errors import UnknownPrincipal
@@ -139,7 +140,11 @@ def budget_update(*, actor: Actor, budget: Budget, changes: dict[str, Any]) -> B
     if unknown:
         raise InvalidBudget(f"Unknown field(s): {', '.join(sorted(unknown))}.")
     with transaction.atomic():
-        locked = Budget.objects.select_for_update().get(pk=budget.pk, tenant_id=budget.tenant_id)
+        # Lock order (billing.services.budget_locks): the budget, then the periods that
+        # take the new limit, in pk order; NO KEY so settlements are never blocked on it.
+        locked, period_ids = budget_lock_for_edit(
+            budget_id=budget.pk, tenant_id=budget.tenant_id, periods_ending_after=timezone.now()
+        )
         before = model_snapshot(locked)
         if "name" in changes:
             locked.name = _clean_name(changes["name"])
@@ -152,9 +157,9 @@ def budget_update(*, actor: Actor, budget: Budget, changes: dict[str, Any]) -> B
         if "webhook_url" in changes:
             locked.webhook_url = _clean_webhook(changes["webhook_url"] or "")
         locked.save()
-        BudgetPeriod.objects.filter(
-            tenant_id=locked.tenant_id, budget=locked, period_end__gt=timezone.now()
-        ).update(limit_micros=locked.limit_micros, hard_limit=locked.hard_limit)
+        BudgetPeriod.objects.filter(tenant_id=locked.tenant_id, pk__in=period_ids).update(
+            limit_micros=locked.limit_micros, hard_limit=locked.hard_limit
+        )
         audit_record(
             actor=actor,
             action="billing.budget.update",
@@ -169,7 +174,7 @@ def budget_update(*, actor: Actor, budget: Budget, changes: dict[str, Any]) -> B
 def budget_archive(*, actor: Actor, budget: Budget) -> Budget:
     """Stop enforcing a budget (kept, with its periods and alerts, for history)."""
     with transaction.atomic():
-        locked = Budget.objects.select_for_update().get(pk=budget.pk, tenant_id=budget.tenant_id)
+        locked, _ = budget_lock_for_edit(budget_id=budget.pk, tenant_id=budget.tenant_id)
         before = model_snapshot(locked)
         if locked.archived_at is None:
             locked.archived_at = timezone.now()
@@ -188,7 +193,7 @@ def budget_archive(*, actor: Actor, budget: Budget) -> Budget:
 def budget_rotate_secret(*, actor: Actor, budget: Budget) -> Budget:
     """Issue a new webhook signing secret (readable on the returned object only)."""
     with transaction.atomic():
-        locked = Budget.objects.select_for_update().get(pk=budget.pk, tenant_id=budget.tenant_id)
+        locked, _ = budget_lock_for_edit(budget_id=budget.pk, tenant_id=budget.tenant_id)
         before = model_snapshot(locked)
         locked.webhook_secret = _new_webhook_secret()
         locked.save(update_fields=["webhook_secret", "updated_at"])

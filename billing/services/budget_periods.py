@@ -14,6 +14,7 @@ from django.db.models import Q
 from billing.models import Budget, BudgetPeriod, BudgetPeriodKind
 from billing.selectors.usage import tenant_spend_micros
 from billing.services.budget_alerts import budget_alerts_raise
+from billing.services.budget_locks import budget_periods_lock
 from tenants.models import Tenant
 
 
@@ -89,12 +90,14 @@ def budget_periods_applicable(
 def budget_periods_charge(*, charges: dict[int, int]) -> None:
     """Add settled spend to period rows (period id → micros) and raise crossed alerts.
 
-    Called by the batch flush of Redis holds, inside its transaction; rows are updated in
-    id order (the lock order of every budget writer).
+    Called by the batch flush of Redis holds, inside its transaction. Lock order
+    (``billing.services.budget_locks``): the budgets, then the periods, each in pk order;
+    alerts (and with them the audit chain heads) per tenant in tenant-id order, so two
+    flushes of batches spanning the same tenants take their heads in the same order.
     """
     moved = []
     with connection.cursor() as cursor:
-        for period_id in sorted(charges):
+        for period_id in budget_periods_lock(period_ids=charges):
             spend = charges[period_id]
             cursor.execute(
                 "UPDATE billing_budgetperiod SET spent_micros = spent_micros + %s WHERE id = %s "
@@ -116,5 +119,5 @@ def budget_periods_charge(*, charges: dict[int, int]) -> None:
     by_tenant: dict[UUID | str, list[dict[str, Any]]] = {}
     for m in moved:
         by_tenant.setdefault(m["tenant_id"], []).append(m)
-    for tenant_id, rows in by_tenant.items():
+    for tenant_id, rows in sorted(by_tenant.items(), key=lambda item: str(item[0])):
         budget_alerts_raise(tenant_id=tenant_id, moved=rows)

@@ -47,6 +47,7 @@ from billing.services.budget_crud import (  # noqa: F401 - the gateway imports t
     budget_rotate_secret,
     budget_update,
 )
+from billing.services.budget_locks import budget_periods_lock
 from billing.services.budget_periods import budget_period_ensure, budgets_applicable
 from billing.services.budget_reservations import budget_periods_live_adjust_on_commit
 from billing.services.storage import storage_estimate_micros
@@ -109,6 +110,7 @@ def budget_reserve(
         except IntegrityError:
             # A replay (or a concurrent duplicate, which waited for the first to commit).
             return BudgetReservation.objects.get(tenant=tenant, request_id=request_id)
+        budget_periods_lock(period_ids=reservation.period_ids)
         moved = []
         with connection.cursor() as cursor:
             for period in periods:
@@ -243,7 +245,7 @@ def _move(reservation: BudgetReservation, *, release: int, spend: int) -> list[d
     """Apply -release to reserved and +spend to spent on each period; return the rows."""
     moved = []
     with connection.cursor() as cursor:
-        for period_id in sorted(reservation.period_ids):
+        for period_id in budget_periods_lock(period_ids=reservation.period_ids):
             cursor.execute(
                 "UPDATE billing_budgetperiod SET reserved_micros = reserved_micros - %s, "
                 "spent_micros = spent_micros + %s WHERE id = %s "
@@ -327,8 +329,20 @@ def budget_reservations_expire(*, now: datetime | None = None, limit: int | None
             .filter(state=ReservationState.HELD, expires_at__lt=now)
             .order_by("expires_at")[:limit]
         )
+        # One statement per period, all of them locked up front in the lock order
+        # (budget_locks): moving reservation by reservation would lock the periods of a
+        # batch in expiry order and could deadlock with a settlement flush.
+        releases: dict[int, int] = {}
         for reservation in due:
-            _move(reservation, release=reservation.amount_micros, spend=0)
+            for period_id in set(reservation.period_ids):
+                releases[period_id] = releases.get(period_id, 0) + reservation.amount_micros
+        with connection.cursor() as cursor:
+            for period_id in budget_periods_lock(period_ids=releases):
+                cursor.execute(
+                    "UPDATE billing_budgetperiod SET reserved_micros = reserved_micros - %s "
+                    "WHERE id = %s",
+                    [releases[period_id], period_id],
+                )
         # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
         BudgetReservation.objects.all_tenants().filter(pk__in=[r.pk for r in due]).update(
             state=ReservationState.EXPIRED, finished_at=now

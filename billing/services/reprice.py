@@ -36,6 +36,7 @@ from billing.pricing import (
 )
 from billing.selectors.prices import PriceIndex
 from billing.selectors.usage import tenant_spend_nanos
+from billing.services.budget_locks import budget_periods_lock
 from billing.services.budget_reservations import (
     budget_periods_live_adjust_on_commit,
     budget_settlements_flush,
@@ -256,13 +257,12 @@ def budget_period_recompute(*, period: BudgetPeriod) -> int:
     service account when it has one, plus storage for tenant-wide budgets).
     """
     with transaction.atomic():
+        # Lock order (billing.services.budget_locks): the budget (KEY SHARE), then the
+        # period (NO KEY UPDATE); a joined FOR UPDATE of both would block every alert's
+        # foreign-key check and budget edit at once.
+        budget_periods_lock(period_ids=[period.pk])
         # all_tenants: repricing walks every tenant's budget periods since a date
-        locked = (
-            BudgetPeriod.objects.all_tenants()
-            .select_for_update()
-            .select_related("budget")
-            .get(pk=period.pk)
-        )
+        locked = BudgetPeriod.objects.all_tenants().select_related("budget").get(pk=period.pk)
         spent = nanos_to_micros(
             tenant_spend_nanos(
                 tenant_id=locked.tenant_id,

@@ -11,8 +11,14 @@ takes its row locks in this order, skipping the levels it does not need:
    key check), which conflicts with a ``FOR UPDATE`` held elsewhere;
 2. **cache object** row(s), in primary-key order when there are several;
 3. **operation** row(s) of that cache;
-4. **billing** rows: budget, then reservation, then budget periods in id order
-   (``billing.services.budgets``);
+4. **billing** rows: the reservation being settled (if any), then the **budgets** of
+   the periods a transaction writes, in primary-key order (``FOR NO KEY UPDATE`` by the
+   budget's editors, ``FOR KEY SHARE`` by everything that moves counters: holds,
+   settlements, the gateway's hold flush, the storage sweeper, expiry, reprice), then
+   those **budget periods** in primary-key order (``FOR NO KEY UPDATE``, never
+   ``FOR UPDATE``, which would block every alert insert's foreign-key check). Taken
+   through ``billing.services.budget_locks``; threshold alerts of several tenants are
+   raised in tenant-id order;
 5. **audit chain head** last (``audit.services.audit_record``): the head is held until
    commit and serializes every audited write of the tenant, so nothing may be waited for
    while holding it. ``audit_record`` therefore takes the tenant's ``FOR KEY SHARE`` (the
@@ -26,11 +32,19 @@ Rules that follow from it:
 - an operation is locked through :func:`operation_lock`, which locks its cache first;
   the operation's ``cache_id`` never changes, so reading it unlocked first is safe;
 - a service that records audit events on two chains records the tenant chain first and
-  the platform chain last.
+  the platform chain last;
+- background work that touches many tenants' rows (the storage sweeper, the hold flush)
+  either takes them in this order or takes one cache per transaction with ``SKIP
+  LOCKED`` and leaves what is held to its next run: the sweeper expires each cache in a
+  transaction of its own, since an expiry appends to the tenant's audit chain and a
+  held chain head must never wait for the next cache's budget rows.
 
 ``tests/caches/test_concurrency.py`` drives creates, extends, evicts, IAM and budget
 changes concurrently against real PostgreSQL and asserts ``pg_stat_database.deadlocks``
-does not move.
+does not move; ``tests/caches/test_concurrency_beats.py`` adds budget creates and
+PATCHes, price corrections, reprices, gateway traffic and the real beat schedule;
+``tests/billing/test_lock_order.py`` replays the two cycles of issue 29 step by step.
+Documented in ``docs/reliability.md``.
 """
 
 from __future__ import annotations

@@ -32,25 +32,46 @@ SCHEDULER = Actor.system("cache-scheduler")
 
 
 def cache_expire_due(*, now: datetime | None = None, limit: int | None = None) -> int:
-    """Mark live caches past their expiry as expired; returns how many."""
+    """Mark live caches past their expiry as expired; returns how many.
+
+    One transaction per cache (the lock order of ``caches.services.locks``): expiring a
+    cache settles its storage hold (budgets, periods, alerts) and appends to its tenant's
+    audit chain, whose head is held until commit. Expiring a batch in one transaction
+    would hold one tenant's head while waiting for the next cache's budget periods, and
+    lock periods of several tenants in expiry order: both deadlocked against budget
+    edits and the hold flush (issue 29). A cache another transaction holds is skipped
+    (``SKIP LOCKED``) and picked up by the next run.
+    """
     now = now or timezone.now()
     limit = limit or settings.CACHEPLANE_SWEEP_BATCH
-    with transaction.atomic():
-        due = list(
-            # all_tenants: the scheduler sweeps every tenant's due caches
-            CacheObject.objects.all_tenants()
-            .select_for_update(skip_locked=True, no_key=True, of=("self",))
-            .select_related("tenant")
-            .filter(state__in=[CacheState.ACTIVE, CacheState.REFRESHING], expire_at__lte=now)
-            .order_by("expire_at")[:limit]
-        )
-        for cache in due:
+    due_filter = Q(state__in=[CacheState.ACTIVE, CacheState.REFRESHING], expire_at__lte=now)
+    due_ids = list(
+        # all_tenants: the scheduler sweeps every tenant's due caches
+        CacheObject.objects.all_tenants()
+        .filter(due_filter)
+        .order_by("expire_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    expired = 0
+    for cache_id in due_ids:
+        with transaction.atomic():
+            cache = (
+                # all_tenants: the scheduler sweeps every tenant's due caches
+                CacheObject.objects.all_tenants()
+                .select_for_update(skip_locked=True, no_key=True, of=("self",))
+                .select_related("tenant")
+                .filter(due_filter, pk=cache_id)
+                .first()
+            )
+            if cache is None:  # held elsewhere, or no longer due: the next run decides
+                continue
             # Vertex garbage-collects expired caches itself; vLLM blocks simply stop being
             # pinned. Either way the record is now the truth: expired.
             cache_transition(
                 cache=cache, to_state=CacheState.EXPIRED, actor=SCHEDULER, reason="TTL elapsed"
             )
-    return len(due)
+            expired += 1
+    return expired
 
 
 def _wants_extension(cache: CacheObject, now: datetime) -> bool:

@@ -105,6 +105,41 @@ def wait_ready(process: subprocess.Popen, log: Path, timeout: float = 180) -> fl
     return wait_for(ready, timeout, f"the worker logging to {log.name} to be ready")
 
 
+def start_celery_beat(*, log_dir: Path, name: str = "beat") -> subprocess.Popen:
+    """``celery beat`` with the deployment's own schedule (controlplane.celery), its
+    state file in ``log_dir``; publishes to the test's broker."""
+    from django.conf import settings
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update(
+        {
+            "DATABASE_URL": database_url(),
+            "REDIS_URL": settings.REDIS_URL,
+            "CELERY_BROKER_URL": settings.REDIS_URL,
+            "CACHEPLANE_LOG_FORMAT": "console",
+        }
+    )
+    log = (log_dir / f"{name}.log").open("ab")
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "controlplane",
+            "beat",
+            "--schedule",
+            str(log_dir / f"{name}-schedule"),
+            "--loglevel",
+            "INFO",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
 def log_tail(log: Path, lines: int = 60) -> str:
     text = log.read_text(errors="replace") if log.exists() else "(no log)"
     return "\n".join(text.splitlines()[-lines:])

@@ -105,6 +105,8 @@ def price_vertex_output_only(*, model: str, output_per_mtok: str) -> None:
     from billing.services.prices import model_price_create
     from tests.factories import actor_for
 
+    # Corrected versions point at their successors (PROTECT): unlink, then delete.
+    ModelPrice.objects.filter(provider="vertex", model=model).update(superseded_by=None)
     ModelPrice.objects.filter(provider="vertex", model=model).delete()
     model_price_create(
         actor=actor_for(None),
@@ -116,6 +118,36 @@ def price_vertex_output_only(*, model: str, output_per_mtok: str) -> None:
             "cached_input_per_mtok": "0",
             "output_per_mtok": output_per_mtok,
         },
+    )
+
+
+def price_vertex_storage(*, model: str, storage_per_mtok_hour: str = "4.5") -> None:
+    """A price with a storage rate (so a cache holds and settles storage on its budgets),
+    whatever a transactional test's flush left of the seeded price book."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from billing.models import ModelPrice
+    from billing.services.prices import model_price_create
+    from tests.factories import actor_for
+
+    # Corrected versions point at their successors (PROTECT): unlink, then delete.
+    ModelPrice.objects.filter(provider="vertex", model=model).update(superseded_by=None)
+    ModelPrice.objects.filter(provider="vertex", model=model).delete()
+    model_price_create(
+        actor=actor_for(None),
+        provider="vertex",
+        model=model,
+        source="test",
+        rates={
+            "input_per_mtok": "1",
+            "cached_input_per_mtok": "0.25",
+            "output_per_mtok": "1",
+            "storage_per_mtok_hour": storage_per_mtok_hour,
+        },
+        # Effective a day back: tests accrue storage of caches "live for the last hour".
+        effective_from=timezone.now() - timedelta(days=1),
     )
 
 
