@@ -5,7 +5,15 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from frontend import views, views_access, views_limits, views_manage, views_platform
+from frontend import (
+    views,
+    views_access,
+    views_identity,
+    views_limits,
+    views_login,
+    views_manage,
+    views_platform,
+)
 
 T = "t/<slug:tenant>"
 
@@ -45,6 +53,17 @@ urlpatterns = [
         name="console-tenant-resume",
     ),
     path("platform/people/new", views_platform.human_create, name="console-human-create"),
+    path("platform/sso/", views_identity.sso_page, name="console-sso"),
+    path(
+        "platform/sso/mappings/new",
+        views_identity.group_mapping_create,
+        name="console-group-mapping-create",
+    ),
+    path(
+        "platform/sso/mappings/<str:mapping_id>/delete",
+        views_identity.group_mapping_delete,
+        name="console-group-mapping-delete",
+    ),
     path("platform/prices/", views_platform.prices_page, name="console-prices"),
     path("platform/prices/new", views_platform.price_create, name="console-price-create"),
     path(
@@ -111,6 +130,8 @@ urlpatterns = [
     ),
     path(f"{T}/audit/", views.audit_page, name="console-audit"),
     path(f"{T}/break-even/", views.breakeven_page, name="console-breakeven"),
-    path("login/", auth_views.LoginView.as_view(template_name="frontend/login.html"), name="login"),
+    path("login/", views_login.ConsoleLoginView.as_view(), name="login"),
+    path("login/sso/", views_login.sso_start, name="sso-start"),
+    path("login/sso/callback/", views_login.sso_callback, name="sso-callback"),
     path("logout/", auth_views.LogoutView.as_view(next_page="/login/"), name="logout"),
 ]

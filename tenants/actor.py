@@ -16,6 +16,11 @@ class AuthMethod:
     API_KEY = "api_key"
     CLI = "cli"
     SYSTEM = "system"
+    #: Single sign-on (an OpenID provider vouched for the principal).
+    OIDC = "oidc"
+    #: The IdP group mapping reconciling a principal's bindings at its login: grants a
+    #: platform admin authorized when creating the mapping (see identity.services).
+    IDP_MAPPING = "idp_mapping"
     ANONYMOUS = "anonymous"
 
 

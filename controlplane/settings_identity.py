@@ -1,0 +1,27 @@
+"""Identity settings: single sign-on (OpenID Connect) and local passwords (docs/identity.md).
+
+SSO is on when ``CACHEPLANE_OIDC_ISSUER`` is set; the provider's endpoints and keys come
+from its discovery document (``<issuer>/.well-known/openid-configuration``), whose
+``issuer`` must equal the configured one exactly.
+"""
+
+from __future__ import annotations
+
+from controlplane.env import ConfigError, env_bool, env_int, env_str
+
+CACHEPLANE_OIDC_ISSUER = env_str("CACHEPLANE_OIDC_ISSUER", "")
+CACHEPLANE_OIDC_CLIENT_ID = env_str("CACHEPLANE_OIDC_CLIENT_ID", "")
+CACHEPLANE_OIDC_CLIENT_SECRET = env_str("CACHEPLANE_OIDC_CLIENT_SECRET", "")
+CACHEPLANE_OIDC_SCOPES = env_str("CACHEPLANE_OIDC_SCOPES", "openid email profile groups")
+CACHEPLANE_OIDC_PKCE = env_bool("CACHEPLANE_OIDC_PKCE", True)
+CACHEPLANE_OIDC_GROUPS_CLAIM = env_str("CACHEPLANE_OIDC_GROUPS_CLAIM", "groups")
+CACHEPLANE_OIDC_USERNAME_CLAIM = env_str("CACHEPLANE_OIDC_USERNAME_CLAIM", "preferred_username")
+CACHEPLANE_OIDC_PROVIDER_NAME = env_str("CACHEPLANE_OIDC_PROVIDER_NAME", "single sign-on")
+# Tolerated clock difference with the provider when checking exp / iat of ID tokens.
+CACHEPLANE_OIDC_CLOCK_SKEW_SECONDS = env_int("CACHEPLANE_OIDC_CLOCK_SKEW_SECONDS", 60, minimum=0)
+if CACHEPLANE_OIDC_ISSUER and not CACHEPLANE_OIDC_CLIENT_ID:
+    raise ConfigError("CACHEPLANE_OIDC_CLIENT_ID", "is required when CACHEPLANE_OIDC_ISSUER is set")
+if "openid" not in CACHEPLANE_OIDC_SCOPES.split():
+    raise ConfigError("CACHEPLANE_OIDC_SCOPES", "must include 'openid'")
+# Break-glass local passwords; a deployment that signs in through its IdP only sets false.
+CACHEPLANE_PASSWORD_LOGIN = env_bool("CACHEPLANE_PASSWORD_LOGIN", True)

@@ -1,0 +1,23 @@
+"""Group mapping API shapes (input and output apart)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from identity.models import GroupMapping
+
+
+class GroupMappingCreateInput(serializers.Serializer[None]):
+    tenant = serializers.SlugField(max_length=40, help_text="The tenant's slug.")
+    group = serializers.CharField(max_length=255, help_text="The group name the IdP asserts.")
+    role = serializers.CharField(max_length=64, help_text="A tenant role, e.g. tenant.admin.")
+
+
+class GroupMappingOut(serializers.ModelSerializer[GroupMapping]):
+    tenant = serializers.CharField(source="tenant.slug", read_only=True)
+    role = serializers.CharField(source="role.name", read_only=True)
+
+    class Meta:
+        model = GroupMapping
+        fields = ["id", "tenant", "group", "role", "created_at"]
+        read_only_fields = fields

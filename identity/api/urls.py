@@ -1,0 +1,20 @@
+"""Identity platform routes."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from identity.api import views
+
+urlpatterns = [
+    path(
+        "platform/group-mappings",
+        views.GroupMappingViewSet.as_view({"get": "list", "post": "create"}),
+        name="platform-group-mapping-list",
+    ),
+    path(
+        "platform/group-mappings/<uuid:pk>",
+        views.GroupMappingViewSet.as_view({"delete": "destroy"}),
+        name="platform-group-mapping-detail",
+    ),
+]
