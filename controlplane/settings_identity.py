@@ -7,7 +7,9 @@ from its discovery document (``<issuer>/.well-known/openid-configuration``), who
 
 from __future__ import annotations
 
-from controlplane.env import ConfigError, env_bool, env_int, env_str
+import ipaddress
+
+from controlplane.env import ConfigError, env_bool, env_int, env_list, env_str
 
 CACHEPLANE_OIDC_ISSUER = env_str("CACHEPLANE_OIDC_ISSUER", "")
 CACHEPLANE_OIDC_CLIENT_ID = env_str("CACHEPLANE_OIDC_CLIENT_ID", "")
@@ -25,3 +27,16 @@ if "openid" not in CACHEPLANE_OIDC_SCOPES.split():
     raise ConfigError("CACHEPLANE_OIDC_SCOPES", "must include 'openid'")
 # Break-glass local passwords; a deployment that signs in through its IdP only sets false.
 CACHEPLANE_PASSWORD_LOGIN = env_bool("CACHEPLANE_PASSWORD_LOGIN", True)
+
+# Proxies whose X-Forwarded-For is believed (CIDRs or addresses; default none): the client
+# address of throttles and audit rows is the right-most forwarded hop that is not one of
+# them (tenants.authentication). `cacheplane up` hands the same list to uvicorn's
+# --forwarded-allow-ips.
+CACHEPLANE_TRUSTED_PROXIES = env_list("CACHEPLANE_TRUSTED_PROXIES", [])
+for _entry in CACHEPLANE_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_entry, strict=False)
+    except ValueError:
+        raise ConfigError(
+            "CACHEPLANE_TRUSTED_PROXIES", f"{_entry!r} is not an IP address or network"
+        ) from None

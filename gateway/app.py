@@ -25,17 +25,14 @@ from gateway.directory import directory
 from gateway.errors import GatewayError
 from gateway.identity import identify
 from gateway.pipeline import handle
+from tenants.authentication import scope_source
 
 logger = logging.getLogger(__name__)
 
 
 async def list_models(request: Request) -> Response:
     try:
-        await identify(
-            request.headers.get("authorization"),
-            source_ip=request.client.host if request.client else None,
-            user_agent=request.headers.get("user-agent", ""),
-        )
+        await identify(request.headers.get("authorization"), source=scope_source(request.scope))
     except GatewayError as exc:
         return exc.response()
     from caches.catalog import VERTEX_MODELS

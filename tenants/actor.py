@@ -77,5 +77,8 @@ class Actor:
 
 
 def client_ip(request: HttpRequest) -> str | None:
-    """The peer address. Proxies are trusted only through REMOTE_ADDR set by the server."""
-    return request.META.get("REMOTE_ADDR") or None
+    """The client address: the peer, or what a trusted proxy forwarded
+    (``tenants.authentication.client_address``; django-axes calls this too)."""
+    from tenants.authentication import http_source
+
+    return http_source(request).ip
