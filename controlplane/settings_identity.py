@@ -28,6 +28,12 @@ if "openid" not in CACHEPLANE_OIDC_SCOPES.split():
 # Break-glass local passwords; a deployment that signs in through its IdP only sets false.
 CACHEPLANE_PASSWORD_LOGIN = env_bool("CACHEPLANE_PASSWORD_LOGIN", True)
 
+# Failed password logins from one source (any usernames) before that source is locked
+# out of password sign-in for CACHEPLANE_LOGIN_LOCKOUT_SECONDS (tenants.services.failures).
+CACHEPLANE_LOGIN_SOURCE_FAILURE_LIMIT = env_int(
+    "CACHEPLANE_LOGIN_SOURCE_FAILURE_LIMIT", 20, minimum=1
+)
+
 # Proxies whose X-Forwarded-For is believed (CIDRs or addresses; default none): the client
 # address of throttles and audit rows is the right-most forwarded hop that is not one of
 # them (tenants.authentication). `cacheplane up` hands the same list to uvicorn's

@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET
 
+from audit.http import login_lockout_response
 from identity.backends import SSO_BACKEND
 from identity.services.oidc import (
     SsoRefused,
@@ -26,6 +27,7 @@ from identity.services.oidc import (
     sso_refusal_record,
 )
 from tenants.actor import client_ip
+from tenants.services.failures import login_source_lockout_seconds
 
 _NEXT_KEY = "cacheplane.sso.next"
 
@@ -59,6 +61,9 @@ class ConsoleLoginView(auth_views.LoginView):
                 },
                 status=403,
             )
+        if login_source_lockout_seconds(source_ip=client_ip(request)):
+            locked: HttpResponse = login_lockout_response(request)
+            return locked
         response: HttpResponse = super().post(request, *args, **kwargs)
         return response
 
