@@ -55,6 +55,11 @@ urlpatterns = [
     path("platform/people/new", views_platform.human_create, name="console-human-create"),
     path("platform/sso/", views_identity.sso_page, name="console-sso"),
     path(
+        "platform/people/<str:principal_id>/<str:verb>",
+        views_identity.person_action,
+        name="console-person-action",
+    ),
+    path(
         "platform/sso/mappings/new",
         views_identity.group_mapping_create,
         name="console-group-mapping-create",

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 from django import forms
 from django.conf import settings
-from django.http import HttpResponse
-from django.shortcuts import render
+from django.contrib import messages
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from controlplane.errors import DomainError
 from frontend.actions import actor, attempt, done, uuid_or_404
 from frontend.requests import PlatformPageRequest
 from frontend.views import _context, platform_page
 from frontend.views_platform import _held
-from identity.services import mappings
-from tenants.models import Tenant
+from identity.services import mappings, people
+from tenants.models import Principal, PrincipalKind, Tenant
 from tenants.permissions import PREDEFINED_ROLES
 
 
@@ -92,3 +94,37 @@ def group_mapping_delete(request: PlatformPageRequest, mapping_id: str) -> HttpR
         request, "Mapping removed; its bindings go at each holder's next sign-in.", "/platform/sso/"
     )
     return response
+
+
+@require_POST
+@platform_page("tenants.manage")
+def person_action(request: PlatformPageRequest, principal_id: str, verb: str) -> HttpResponse:
+    """Disable, enable, sign out everywhere or remove a person from the people table."""
+    person = Principal.objects.filter(
+        pk=uuid_or_404(principal_id), kind=PrincipalKind.HUMAN
+    ).first()
+    if person is None or verb not in PERSON_VERBS:
+        raise Http404("No such person.")
+    who = actor(request)
+    try:
+        if verb == "disable":
+            people.person_set_active(actor=who, principal=person, active=False)
+        elif verb == "enable":
+            people.person_set_active(actor=who, principal=person, active=True)
+        elif verb == "sign-out":
+            people.person_sessions_end(actor=who, principal=person)
+        else:
+            people.person_remove(actor=who, principal=person)
+    except DomainError as error:
+        messages.error(request, f"{error.message} ({error.code})")
+        return redirect("/platform/tenants/")
+    response: HttpResponse = done(request, PERSON_VERBS[verb].format(person), "/platform/tenants/")
+    return response
+
+
+PERSON_VERBS = {
+    "disable": "{} is disabled: their sessions and keys stopped.",
+    "enable": "{} can sign in again.",
+    "sign-out": "{} is signed out everywhere.",
+    "remove": "{} is removed: bindings gone, history kept.",
+}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from identity.models import GroupMapping
+from tenants.models import Principal
 
 
 class GroupMappingCreateInput(serializers.Serializer[None]):
@@ -20,4 +21,11 @@ class GroupMappingOut(serializers.ModelSerializer[GroupMapping]):
     class Meta:
         model = GroupMapping
         fields = ["id", "tenant", "group", "role", "created_at"]
+        read_only_fields = fields
+
+
+class PersonOut(serializers.ModelSerializer[Principal]):
+    class Meta:
+        model = Principal
+        fields = ["id", "username", "is_active"]
         read_only_fields = fields

@@ -17,4 +17,17 @@ urlpatterns = [
         views.GroupMappingViewSet.as_view({"delete": "destroy"}),
         name="platform-group-mapping-detail",
     ),
+    *(
+        path(
+            f"platform/principals/<uuid:pk>/{verb}",
+            views.PersonLifecycleViewSet.as_view({"post": action}),
+            name=f"platform-principal-{verb}",
+        )
+        for verb, action in (
+            ("disable", "disable"),
+            ("enable", "enable"),
+            ("sign-out", "sign_out"),
+            ("remove", "remove"),
+        )
+    ),
 ]

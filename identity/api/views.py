@@ -11,11 +11,12 @@ from rest_framework.response import Response
 
 from controlplane.api.tenancy import PlatformMixin
 from controlplane.api.validation import validated
+from controlplane.errors import NotFound
 from identity.api import serializers as s
 from identity.models import GroupMapping
-from identity.services import mappings
+from identity.services import mappings, people
 from tenants.errors import TenantNotFound
-from tenants.models import Tenant
+from tenants.models import Principal, PrincipalKind, Tenant
 
 
 class _ByCreated(CursorPagination):
@@ -58,3 +59,49 @@ class GroupMappingViewSet(PlatformMixin, viewsets.GenericViewSet[GroupMapping]):
     def destroy(self, request: Request, pk: str) -> Response:
         mappings.group_mapping_delete(actor=self.actor(), mapping_id=pk)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _person(pk: str) -> Principal:
+    person = Principal.objects.filter(pk=pk, kind=PrincipalKind.HUMAN).first()
+    if person is None:
+        raise NotFound("No such person.")
+    return person
+
+
+@extend_schema(tags=["platform"])
+class PersonLifecycleViewSet(PlatformMixin, viewsets.GenericViewSet[Principal]):
+    """Disable, re-enable, sign out everywhere or remove a person (platform admins)."""
+
+    audit_entity = "identity.principal"
+    action_permissions = {
+        "disable": "tenants.manage",
+        "enable": "tenants.manage",
+        "sign_out": "tenants.manage",
+        "remove": "tenants.manage",
+    }
+    serializer_class = s.PersonOut
+
+    def _answer(self, person: Principal) -> Response:
+        return Response(s.PersonOut(person).data)
+
+    @extend_schema(request=None, responses={200: s.PersonOut})
+    def disable(self, request: Request, pk: str) -> Response:
+        return self._answer(
+            people.person_set_active(actor=self.actor(), principal=_person(pk), active=False)
+        )
+
+    @extend_schema(request=None, responses={200: s.PersonOut})
+    def enable(self, request: Request, pk: str) -> Response:
+        return self._answer(
+            people.person_set_active(actor=self.actor(), principal=_person(pk), active=True)
+        )
+
+    @extend_schema(request=None, responses={200: s.PersonOut})
+    def sign_out(self, request: Request, pk: str) -> Response:
+        person = _person(pk)
+        people.person_sessions_end(actor=self.actor(), principal=person)
+        return self._answer(person)
+
+    @extend_schema(request=None, responses={200: s.PersonOut})
+    def remove(self, request: Request, pk: str) -> Response:
+        return self._answer(people.person_remove(actor=self.actor(), principal=_person(pk)))
