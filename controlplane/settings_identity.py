@@ -46,3 +46,21 @@ for _entry in CACHEPLANE_TRUSTED_PROXIES:
         raise ConfigError(
             "CACHEPLANE_TRUSTED_PROXIES", f"{_entry!r} is not an IP address or network"
         ) from None
+
+# Outgoing mail for invitations and password resets. No host: development prints mails
+# to the console log; set the host (and credentials) to send them.
+CACHEPLANE_EMAIL_HOST = env_str("CACHEPLANE_EMAIL_HOST", "")
+EMAIL_BACKEND = (
+    "django.core.mail.backends.smtp.EmailBackend"
+    if CACHEPLANE_EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend"
+)
+EMAIL_HOST = CACHEPLANE_EMAIL_HOST or "localhost"
+EMAIL_PORT = env_int("CACHEPLANE_EMAIL_PORT", 587, minimum=1)
+EMAIL_HOST_USER = env_str("CACHEPLANE_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = env_str("CACHEPLANE_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("CACHEPLANE_EMAIL_TLS", True)
+DEFAULT_FROM_EMAIL = env_str("CACHEPLANE_EMAIL_FROM", "cacheplane@localhost")
+# Invitation and password-reset links: single use (the token covers the password hash and
+# last login) and valid this long.
+PASSWORD_RESET_TIMEOUT = env_int("CACHEPLANE_INVITE_LINK_SECONDS", 72 * 3600, minimum=300)

@@ -8,6 +8,7 @@ from django.urls import path
 from frontend import (
     views,
     views_access,
+    views_account,
     views_identity,
     views_limits,
     views_login,
@@ -138,5 +139,27 @@ urlpatterns = [
     path("login/", views_login.ConsoleLoginView.as_view(), name="login"),
     path("login/sso/", views_login.sso_start, name="sso-start"),
     path("login/sso/callback/", views_login.sso_callback, name="sso-callback"),
+    path("account/password/", views_account.PasswordChange.as_view(), name="password_change"),
+    path(
+        "account/password/done/",
+        views_account.PasswordChangeDone.as_view(),
+        name="password_change_done",
+    ),
+    path("password-reset/", views_account.PasswordReset.as_view(), name="password_reset"),
+    path(
+        "password-reset/done/",
+        views_account.PasswordResetDone.as_view(),
+        name="password_reset_done",
+    ),
+    path(
+        "reset/<uidb64>/<token>/",
+        views_account.PasswordResetConfirm.as_view(),
+        name="password_reset_confirm",
+    ),
+    path(
+        "reset/done/",
+        views_account.PasswordResetComplete.as_view(),
+        name="password_reset_complete",
+    ),
     path("logout/", auth_views.LogoutView.as_view(next_page="/login/"), name="logout"),
 ]

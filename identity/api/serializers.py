@@ -29,3 +29,8 @@ class PersonOut(serializers.ModelSerializer[Principal]):
         model = Principal
         fields = ["id", "username", "is_active"]
         read_only_fields = fields
+
+
+class InvitationInput(serializers.Serializer[None]):
+    username = serializers.RegexField(r"^[A-Za-z0-9@.+_-]{3,150}$", max_length=150)
+    email = serializers.EmailField()

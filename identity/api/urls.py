@@ -17,6 +17,11 @@ urlpatterns = [
         views.GroupMappingViewSet.as_view({"delete": "destroy"}),
         name="platform-group-mapping-detail",
     ),
+    path(
+        "platform/invitations",
+        views.InvitationViewSet.as_view({"post": "create"}),
+        name="platform-invitation-list",
+    ),
     *(
         path(
             f"platform/principals/<uuid:pk>/{verb}",

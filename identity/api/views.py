@@ -105,3 +105,23 @@ class PersonLifecycleViewSet(PlatformMixin, viewsets.GenericViewSet[Principal]):
     @extend_schema(request=None, responses={200: s.PersonOut})
     def remove(self, request: Request, pk: str) -> Response:
         return self._answer(people.person_remove(actor=self.actor(), principal=_person(pk)))
+
+
+@extend_schema(tags=["platform"])
+class InvitationViewSet(PlatformMixin, viewsets.GenericViewSet[Principal]):
+    """Invite a person by e-mail: a single-use, expiring link to choose a password."""
+
+    audit_entity = "identity.invitation"
+    action_permissions = {"create": "tenants.manage"}
+    serializer_class = s.PersonOut
+
+    @extend_schema(request=s.InvitationInput, responses={201: s.PersonOut})
+    def create(self, request: Request) -> Response:
+        data = validated(s.InvitationInput, request.data)
+        person = people.person_invite(
+            actor=self.actor(),
+            username=data["username"],
+            email=data["email"],
+            set_password_url=request.build_absolute_uri("/reset/") + "{uid}/{token}/",
+        )
+        return Response(s.PersonOut(person).data, status=status.HTTP_201_CREATED)
