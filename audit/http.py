@@ -15,6 +15,7 @@ from typing import Any
 
 from axes.backends import AxesStandaloneBackend
 from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.views.csrf import csrf_failure as django_csrf_failure
 from drf_spectacular.authentication import SessionScheme
@@ -23,7 +24,7 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 
 from audit.services.sessions import csrf_failure_record
-from tenants.actor import Actor
+from tenants.actor import Actor, client_ip
 from tenants.models import Principal
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,11 @@ class LoginThrottleBackend(AxesStandaloneBackend):  # type: ignore[misc]
     ) -> Principal | None:
         if request is None:
             return None
+        from tenants.services.failures import login_source_lockout_seconds
+
+        if login_source_lockout_seconds(source_ip=client_ip(request)):
+            # The source is locked by its failures across usernames: no backend may try.
+            raise PermissionDenied("too many failed logins from this address")
         principal: Principal | None = super().authenticate(
             request, username=username, password=password, **kwargs
         )

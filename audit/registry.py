@@ -79,6 +79,14 @@ AUDITED_MODELS: dict[str, AuditFields] = {
         sensitive={"digest"},
         ignored={"id", "created_at", "last_used_at"},
     ),
+    "identity.GroupMapping": _fields(
+        {"tenant", "group", "role", "created_by"},
+        ignored={"id", "created_at"},
+    ),
+    "identity.ExternalIdentity": _fields(
+        {"principal", "issuer", "subject", "groups"},
+        ignored={"id", "created_at", "last_login_at"},
+    ),
     "caches.CacheObject": _fields(
         {
             "tenant",

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 
 import prometheus_client
 from django.conf import settings
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import multiprocess
 from prometheus_client.metrics_core import Metric
@@ -63,21 +62,21 @@ def _refuse(status: int, code: str, message: str) -> JsonResponse:
 
 def _audit_invalid_token(request: HttpRequest) -> None:
     # Like API keys: a wrong credential is audited, a missing one is not (it is every
-    # anonymous probe, and proves nothing about intent).
+    # anonymous probe, and proves nothing about intent). Coalesced per source and window
+    # (tenants.services.failures): a stream of wrong tokens is one row with a count.
     from audit.models import Outcome
-    from audit.services import audit_record
     from tenants.actor import Actor
+    from tenants.services.failures import failure_coalesced_record
 
-    with transaction.atomic():
-        audit_record(
-            actor=Actor.from_request(request),
-            action="controlplane.metrics.scrape",
-            tenant=None,
-            outcome=Outcome.DENIED,
-            target_type="endpoint",
-            target_id="/metrics",
-            details={"reason": "invalid_metrics_token"},
-        )
+    failure_coalesced_record(
+        kind="metrics-token",
+        actor=Actor.from_request(request),
+        action="controlplane.metrics.scrape",
+        outcome=Outcome.DENIED,
+        target_type="endpoint",
+        target_id="/metrics",
+        details={"reason": "invalid_metrics_token"},
+    )
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

@@ -31,6 +31,7 @@ from controlplane.env import (
 from controlplane.settings_cacheplane import *  # noqa: F403
 from controlplane.settings_deployment import *  # noqa: F403
 from controlplane.settings_deployment import BASE_DIR, PRODUCTION
+from controlplane.settings_identity import *  # noqa: F403
 from controlplane.settings_logging import *  # noqa: F403
 from controlplane.settings_services import *  # noqa: F403
 
@@ -72,6 +73,7 @@ INSTALLED_APPS = [
     "django_prometheus",
     "axes",
     "tenants",
+    "identity",
     "audit",
     "caches",
     "billing",
@@ -199,7 +201,10 @@ if PRODUCTION:
 # and refuses that pair for the cool-off once the limit is reached (429 + Retry-After).
 AUTHENTICATION_BACKENDS = [
     "audit.http.LoginThrottleBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Local passwords (break-glass; CACHEPLANE_PASSWORD_LOGIN=false turns them off).
+    "identity.backends.PasswordBackend",
+    # Sessions opened by single sign-on (docs/identity.md).
+    "identity.backends.SsoSessionBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("CACHEPLANE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(seconds=env_int("CACHEPLANE_LOGIN_LOCKOUT_SECONDS", 900, minimum=1))

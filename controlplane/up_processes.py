@@ -54,6 +54,15 @@ class Child:
             return ""
 
 
+def forwarded_allow_ips() -> str:
+    """uvicorn's ``--forwarded-allow-ips``: the proxies of ``CACHEPLANE_TRUSTED_PROXIES``
+    (default none), never uvicorn's own default (127.0.0.1), under which any local client
+    chooses its address with ``X-Forwarded-For`` (docs/identity.md, "Client address")."""
+    from controlplane.env import env_list
+
+    return ",".join(env_list("CACHEPLANE_TRUSTED_PROXIES", []))
+
+
 def core_children(*, python: str, host: str, port: int, logs: Path, data_dir: Path) -> list[Child]:
     """The system itself: the ASGI server, one Celery worker and Celery beat."""
     return [
@@ -69,6 +78,9 @@ def core_children(*, python: str, host: str, port: int, logs: Path, data_dir: Pa
                 "--port",
                 str(port),
                 "--no-access-log",
+                # Explicit: uvicorn's default trusts X-Forwarded-For from 127.0.0.1.
+                "--forwarded-allow-ips",
+                forwarded_allow_ips(),
                 "--log-level",
                 "warning",
             ],

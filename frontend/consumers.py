@@ -37,6 +37,7 @@ from controlplane.live import (
 )
 from tenants.access import access_platform, access_refused, access_tenant
 from tenants.actor import Actor, AuthMethod
+from tenants.authentication import api_key_authenticate_at, scope_source
 from tenants.errors import ApiKeyRejected, TenantNotFound, TenantSuspended
 from tenants.models import ApiKey, Principal, Tenant
 
@@ -241,11 +242,7 @@ def _bearer(scope: dict[str, Any]) -> str | None:
 def _scope_actor(
     scope: dict[str, Any], principal: Principal | None, key_id: str | None = None
 ) -> Actor:
-    client = scope.get("client") or (None, None)
-    agent = ""
-    for name, value in scope.get("headers", ()):
-        if name.lower() == b"user-agent":
-            agent = value.decode("latin-1")[:300]
+    source = scope_source(scope)  # the client address, trusted proxies resolved
     if key_id is not None:
         method = AuthMethod.API_KEY
     else:
@@ -254,8 +251,8 @@ def _scope_actor(
         principal=principal,
         auth_method=method,
         key_id=key_id,
-        source_ip=client[0],
-        user_agent=agent,
+        source_ip=source.ip,
+        user_agent=source.user_agent,
     )
 
 
@@ -297,52 +294,33 @@ class CredentialRefused(Exception):
 def _key_caller(scope: dict[str, Any], token: str, phase: str) -> tuple[Actor, ApiKey] | None:
     """The key's principal, re-read from the database (not the 5 s key cache).
 
-    At connect the key goes through the same guess throttle as REST and the gateway
-    (``api_key_authenticate_throttled``): a refused key is audited
-    (``tenants.api_key.authenticate``, failed) and closes ``4401``; a locked-out source
-    closes ``4429``. On a re-check a key that stopped working ends the socket (None).
+    Authentication is ``tenants.authentication.api_key_authenticate_at``'s: at connect
+    behind the guess throttle shared with REST and the gateway, a refused key audited
+    (``tenants.api_key.authenticate``, failed, ``entry_point`` socket) and closing
+    ``4401``, a locked-out source closing ``4429``. On a re-check a key that stopped
+    working ends the socket (None).
     """
     from django.utils import timezone
 
-    from tenants.services.keys import api_key_authenticate, key_cache, key_digest
-    from tenants.services.throttling import TooManyFailures, api_key_authenticate_throttled
+    from tenants.services.keys import key_cache, key_digest
+    from tenants.services.throttling import TooManyFailures
 
     key_cache.forget(key_digest(token))  # the socket's bound is its own re-check period
     try:
-        if phase == "connect":
-            actor = _scope_actor(scope, None)
-            authenticated = api_key_authenticate_throttled(
-                token=token, source_ip=actor.source_ip, user_agent=actor.user_agent
-            )
-        else:
-            authenticated = api_key_authenticate(token)
+        authenticated = api_key_authenticate_at(
+            token=token,
+            source=scope_source(scope),
+            entry_point="socket",
+            throttled=phase == "connect",
+        )
     except TooManyFailures:
         raise CredentialRefused(CLOSE_TOO_MANY_FAILURES) from None
     except ApiKeyRejected as rejected:
         if phase != "connect":
             return None  # the caller records the refusal (credential_ended)
-        _audit_rejected_key(scope, rejected, token)
         code = CLOSE_UNAUTHORIZED if rejected.code == "tenant_suspended" else CLOSE_CREDENTIAL_ENDED
         raise CredentialRefused(code) from None
     key = authenticated.key
     if key.expires_at is not None and key.expires_at <= timezone.now():
         return None
     return _scope_actor(scope, authenticated.principal, key_id=str(key.pk)), key
-
-
-def _audit_rejected_key(scope: dict[str, Any], rejected: ApiKeyRejected, token: str) -> None:
-    """The same failed-authentication row REST and the gateway write."""
-    from audit.models import Outcome
-    from audit.services import audit_record
-
-    tenant = Tenant.objects.filter(pk=rejected.tenant_id).first() if rejected.tenant_id else None
-    actor = _scope_actor(scope, None, key_id=rejected.key_id)
-    audit_record(
-        actor=actor,
-        action="tenants.api_key.authenticate",
-        tenant=tenant,
-        outcome=Outcome.FAILED,
-        target_type="api_key",
-        target_id=rejected.key_id or "",
-        details={"reason": rejected.code, "presented_prefix": token[:12], "entry_point": "socket"},
-    )

@@ -8,9 +8,12 @@ from django.urls import path
 from frontend import (
     views,
     views_access,
+    views_account,
     views_history,
+    views_identity,
     views_keys,
     views_limits,
+    views_login,
     views_manage,
     views_platform,
 )
@@ -64,6 +67,22 @@ urlpatterns = [
         name="console-tenant-resume",
     ),
     path("platform/people/new", views_platform.human_create, name="console-human-create"),
+    path("platform/sso/", views_identity.sso_page, name="console-sso"),
+    path(
+        "platform/people/<str:principal_id>/<str:verb>",
+        views_identity.person_action,
+        name="console-person-action",
+    ),
+    path(
+        "platform/sso/mappings/new",
+        views_identity.group_mapping_create,
+        name="console-group-mapping-create",
+    ),
+    path(
+        "platform/sso/mappings/<str:mapping_id>/delete",
+        views_identity.group_mapping_delete,
+        name="console-group-mapping-delete",
+    ),
     path("platform/prices/", views_platform.prices_page, name="console-prices"),
     path("platform/prices/new", views_platform.price_create, name="console-price-create"),
     path(
@@ -131,6 +150,30 @@ urlpatterns = [
     ),
     path(f"{T}/audit/", views.audit_page, name="console-audit"),
     path(f"{T}/break-even/", views.breakeven_page, name="console-breakeven"),
-    path("login/", auth_views.LoginView.as_view(template_name="frontend/login.html"), name="login"),
+    path("login/", views_login.ConsoleLoginView.as_view(), name="login"),
+    path("login/sso/", views_login.sso_start, name="sso-start"),
+    path("login/sso/callback/", views_login.sso_callback, name="sso-callback"),
+    path("account/password/", views_account.PasswordChange.as_view(), name="password_change"),
+    path(
+        "account/password/done/",
+        views_account.PasswordChangeDone.as_view(),
+        name="password_change_done",
+    ),
+    path("password-reset/", views_account.PasswordReset.as_view(), name="password_reset"),
+    path(
+        "password-reset/done/",
+        views_account.PasswordResetDone.as_view(),
+        name="password_reset_done",
+    ),
+    path(
+        "reset/<uidb64>/<token>/",
+        views_account.PasswordResetConfirm.as_view(),
+        name="password_reset_confirm",
+    ),
+    path(
+        "reset/done/",
+        views_account.PasswordResetComplete.as_view(),
+        name="password_reset_complete",
+    ),
     path("logout/", auth_views.LogoutView.as_view(next_page="/login/"), name="logout"),
 ]

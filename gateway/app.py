@@ -25,6 +25,7 @@ from gateway.directory import directory
 from gateway.errors import GatewayError
 from gateway.identity import identify
 from gateway.pipeline import handle
+from tenants.authentication import scope_source
 
 logger = logging.getLogger(__name__)
 
@@ -32,11 +33,7 @@ logger = logging.getLogger(__name__)
 async def _model_cards(request: Request) -> list[dict[str, object]] | Response:
     """The model cards the caller may use (after authentication), or the error response."""
     try:
-        await identify(
-            request.headers.get("authorization"),
-            source_ip=request.client.host if request.client else None,
-            user_agent=request.headers.get("user-agent", ""),
-        )
+        await identify(request.headers.get("authorization"), source=scope_source(request.scope))
     except GatewayError as exc:
         return exc.response()
     from caches.catalog import VERTEX_MODELS

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cachetools import TTLCache
@@ -24,13 +24,14 @@ from controlplane.errors import DomainError
 if TYPE_CHECKING:
     from tenants.actor import Actor
 from gateway.errors import GatewayError
+from tenants.authentication import RequestSource, api_key_authenticate_at
 from tenants.errors import ApiKeyRejected
 from tenants.services.keys import (
     KEY_CACHE_SECONDS,
     AuthenticatedKey,
     api_key_cached,
 )
-from tenants.services.throttling import TooManyFailures, api_key_authenticate_throttled
+from tenants.services.throttling import TooManyFailures
 
 
 @dataclass(frozen=True)
@@ -125,32 +126,6 @@ def identity_refused(
     )
 
 
-def _audit_rejection(
-    rejected: ApiKeyRejected, token: str, source_ip: str | None, user_agent: str
-) -> None:
-    from audit.models import Outcome
-    from audit.services import audit_record
-    from tenants.actor import Actor, AuthMethod
-    from tenants.models import Tenant
-
-    tenant = Tenant.objects.filter(pk=rejected.tenant_id).first() if rejected.tenant_id else None
-    audit_record(
-        actor=Actor(
-            principal=None,
-            auth_method=AuthMethod.API_KEY,
-            key_id=rejected.key_id,
-            source_ip=source_ip,
-            user_agent=user_agent[:300],
-        ),
-        action="gateway.api_key.authenticate",
-        tenant=tenant,
-        outcome=Outcome.FAILED,
-        target_type="api_key",
-        target_id=rejected.key_id or "",
-        details={"reason": rejected.code, "presented_prefix": token[:12]},
-    )
-
-
 def _audit_unauthenticated(source_ip: str | None, user_agent: str) -> None:
     from tenants.services.throttling import unauthenticated_request_record
 
@@ -159,15 +134,17 @@ def _audit_unauthenticated(source_ip: str | None, user_agent: str) -> None:
     )
 
 
-async def identify(
-    authorization: str | None, *, source_ip: str | None, user_agent: str
-) -> Identity:
-    """Authenticate ``Authorization: Bearer <key>`` and check ``inference.invoke``."""
+async def identify(authorization: str | None, *, source: RequestSource) -> Identity:
+    """Authenticate ``Authorization: Bearer <key>`` and check ``inference.invoke``.
+
+    The admitted identity is cached per key; each request gets it stamped with its own
+    ``source`` (a later request's refusal never carries the first request's address).
+    """
     scheme, _, token = (authorization or "").partition(" ")
     token = token.strip()
     if not authorization or scheme.lower() != "bearer" or not token:
         # No usable credential: a denial like any other (coalesced per source).
-        await db_sync_to_async(_audit_unauthenticated)(source_ip, user_agent)
+        await db_sync_to_async(_audit_unauthenticated)(source.ip, source.user_agent)
         if not authorization:
             raise GatewayError(
                 401, "missing_api_key", "Provide an API key: Authorization: Bearer <key>."
@@ -176,25 +153,25 @@ async def identify(
     authenticated = api_key_cached(token)
     if authenticated is None:
         try:
-            authenticated = await db_sync_to_async(api_key_authenticate_throttled)(
-                token=token, source_ip=source_ip, user_agent=user_agent
+            authenticated = await db_sync_to_async(api_key_authenticate_at)(
+                token=token, source=source, entry_point="gateway"
             )
         except TooManyFailures as locked:
             headers = {"Retry-After": str(locked.retry_after)}
             raise GatewayError(429, locked.code, locked.message, headers=headers) from None
-        except ApiKeyRejected as rejected:
-            await db_sync_to_async(_audit_rejection)(rejected, token, source_ip, user_agent)
+        except ApiKeyRejected as rejected:  # audited by api_key_authenticate_at
             status = 403 if rejected.code == "tenant_suspended" else 401
             raise GatewayError(status, rejected.code, rejected.message) from None
     key_id = str(authenticated.key.pk)
     with _lock:
         cached = _identities.get(key_id)
-    if cached is not None:
+    if cached is None:
+        cached = await db_sync_to_async(_resolve)(authenticated, source.ip, source.user_agent)
+        with _lock:
+            _identities[key_id] = cached
+    if cached.source_ip == source.ip and cached.user_agent == source.user_agent:
         return cached
-    identity = await db_sync_to_async(_resolve)(authenticated, source_ip, user_agent)
-    with _lock:
-        _identities[key_id] = identity
-    return identity
+    return replace(cached, source_ip=source.ip, user_agent=source.user_agent)
 
 
 def forget_identities() -> None:

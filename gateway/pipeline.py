@@ -39,6 +39,7 @@ from gateway.event_stream import EventStreamResponse
 from gateway.identity import Identity, identify, identity_refused
 from gateway.metering import Meter
 from gateway.requests import read_body, validate_body
+from tenants.authentication import scope_source
 
 logger = logging.getLogger(__name__)
 PRIORITIES = ("interactive", "batch")
@@ -52,9 +53,7 @@ async def handle(request: Request, kind: str) -> Response:
     try:
         # 1-2. authenticate and authorize (inference.invoke), then parse and check.
         identity = await identify(
-            request.headers.get("authorization"),
-            source_ip=request.client.host if request.client else None,
-            user_agent=request.headers.get("user-agent", ""),
+            request.headers.get("authorization"), source=scope_source(request.scope)
         )
         call = await _parse(request, kind, identity, request_id, started)
         adapter = await adapter_for(call.model, call.cache)

@@ -16,6 +16,11 @@ class AuthMethod:
     API_KEY = "api_key"
     CLI = "cli"
     SYSTEM = "system"
+    #: Single sign-on (an OpenID provider vouched for the principal).
+    OIDC = "oidc"
+    #: The IdP group mapping reconciling a principal's bindings at its login: grants a
+    #: platform admin authorized when creating the mapping (see identity.services).
+    IDP_MAPPING = "idp_mapping"
     ANONYMOUS = "anonymous"
 
 
@@ -72,5 +77,8 @@ class Actor:
 
 
 def client_ip(request: HttpRequest) -> str | None:
-    """The peer address. Proxies are trusted only through REMOTE_ADDR set by the server."""
-    return request.META.get("REMOTE_ADDR") or None
+    """The client address: the peer, or what a trusted proxy forwarded
+    (``tenants.authentication.client_address``; django-axes calls this too)."""
+    from tenants.authentication import http_source
+
+    return http_source(request).ip

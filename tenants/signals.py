@@ -12,6 +12,11 @@ from audit.models import Outcome
 from audit.services import audit_record
 from tenants.actor import Actor, AuthMethod, client_ip
 from tenants.models import Principal
+from tenants.services.failures import (
+    failure_coalesced_record,
+    login_failure_count,
+    login_source_lockout_seconds,
+)
 
 
 @receiver(user_logged_in)
@@ -38,11 +43,16 @@ def _audit_login_failed(
         source_ip=client_ip(request) if request is not None else None,
         user_agent=request.headers.get("User-Agent", "")[:300] if request is not None else "",
     )
-    audit_record(
+    if request is not None and not login_source_lockout_seconds(source_ip=actor.source_ip):
+        login_failure_count(actor=actor)
+    # Coalesced per source (tenants.services.failures): random usernames cannot flood the
+    # chain; the row names the last username tried and how many failures it stands for.
+    failure_coalesced_record(
+        kind="login-failed",
         actor=actor,
         action="tenants.session.login",
-        tenant=None,
         outcome=Outcome.FAILED,
         target_type="principal",
         target_id=str(credentials.get("username", ""))[:150],
+        details={"reason": "invalid_credentials"},
     )

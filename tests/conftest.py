@@ -200,13 +200,21 @@ def live_server_url():
     # ASGI application is created, i.e. when controlplane.asgi is imported.
     ensure_assets()
     from controlplane.asgi import application
+    from controlplane.up_processes import forwarded_allow_ips
 
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(application, log_level="warning", lifespan="on", access_log=False)
+        uvicorn.Config(
+            application,
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
+            # As `cacheplane up` runs it: X-Forwarded-For believed from no peer by default.
+            forwarded_allow_ips=forwarded_allow_ips(),
+        )
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

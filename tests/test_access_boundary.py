@@ -291,15 +291,15 @@ def test_a_client_cache_salt_is_refused_by_the_gateway_and_audited(gateway_clien
 def test_the_gateway_identify_entry_point_goes_through_the_boundary() -> None:
     from gateway.errors import GatewayError
     from gateway.identity import forget_identities, identify
+    from tenants.authentication import RequestSource
 
     forget_identities()
     tenant = TenantFactory()
     admin = HumanFactory()
     bind(admin, "tenant.admin", tenant)
     issued = keys.api_key_create(actor=actor_for(admin), tenant=tenant, name="k")
-    identity = async_to_sync(identify)(
-        f"Bearer {issued.plaintext}", source_ip="10.0.0.1", user_agent="t"
-    )
+    source = RequestSource(ip="10.0.0.1", user_agent="t")
+    identity = async_to_sync(identify)(f"Bearer {issued.plaintext}", source=source)
     assert identity.tenant_id == str(tenant.pk)
     forget_identities()
     from tenants.models import RoleBinding
@@ -307,7 +307,7 @@ def test_the_gateway_identify_entry_point_goes_through_the_boundary() -> None:
     RoleBinding.objects.filter(principal=admin).delete()
     keys.key_cache.clear()
     with pytest.raises(GatewayError) as caught:
-        async_to_sync(identify)(f"Bearer {issued.plaintext}", source_ip="10.0.0.1", user_agent="t")
+        async_to_sync(identify)(f"Bearer {issued.plaintext}", source=source)
     assert (caught.value.status, caught.value.code) == (404, "not_found")
     audit_denials_wait()
     (denial,) = _denials(tenant__isnull=True, action="gateway.inference.invoke")

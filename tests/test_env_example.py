@@ -20,6 +20,7 @@ APPS = (
     "workers",
     "gateway",
     "frontend",
+    "identity",
 )
 #: Read by the code but owned by other tools (documented by them, not by us).
 FOREIGN = {

@@ -35,6 +35,7 @@ API_BUDGETS: dict[str, int] = {
     T + "rate-limits": 5,
     "/api/v1/platform/tenants": 4,
     "/api/v1/platform/principals": 4,
+    "/api/v1/platform/group-mappings": 4,
     "/api/v1/platform/audit/exports": 4,
     "/api/v1/platform/prices": 4,
     "/api/v1/platform/pool-prices": 4,
@@ -148,6 +149,13 @@ def _grow(api, *, tenant, admin, platform_admin, i: int) -> None:
         )
     )
     _ok(api.post("/api/v1/platform/principals", {"username": f"person{i}"}, format="json"))
+    _ok(
+        api.post(
+            "/api/v1/platform/group-mappings",
+            {"tenant": tenant.slug, "group": f"group{i}", "role": "tenant.viewer"},
+            format="json",
+        )
+    )
     price = {
         "provider": "openai",
         "model": f"gpt-grow-{i}",

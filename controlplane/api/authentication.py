@@ -1,4 +1,4 @@
-"""API-key (Bearer) authentication for DRF, with failed attempts audited."""
+"""API-key (Bearer) authentication for DRF: an adapter over ``tenants.authentication``."""
 
 from __future__ import annotations
 
@@ -6,12 +6,9 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
 
-from audit.models import Outcome
-from audit.services import audit_record
-from tenants.actor import Actor, AuthMethod, client_ip
+from tenants.authentication import api_key_authenticate_at, http_source
 from tenants.errors import ApiKeyRejected
-from tenants.models import ApiKey, Principal, Tenant
-from tenants.services.throttling import api_key_authenticate_throttled
+from tenants.models import ApiKey, Principal
 
 
 class ApiKeyAuthFailed(exceptions.AuthenticationFailed):
@@ -24,29 +21,6 @@ class ApiKeyAuthFailed(exceptions.AuthenticationFailed):
 
 class TenantSuspendedError(exceptions.PermissionDenied):
     error_code = "tenant_suspended"
-
-
-def audit_failed_authentication(request: Request, rejected: ApiKeyRejected, token: str) -> None:
-    """Record the failure on the key's tenant chain when known, else the platform chain."""
-    tenant = Tenant.objects.filter(pk=rejected.tenant_id).first() if rejected.tenant_id else None
-    actor = Actor.from_request(request._request)
-    actor = Actor(
-        principal=None,
-        auth_method=AuthMethod.API_KEY,
-        key_id=rejected.key_id,
-        source_ip=actor.source_ip,
-        user_agent=actor.user_agent,
-    )
-    audit_record(
-        actor=actor,
-        action="tenants.api_key.authenticate",
-        tenant=tenant,
-        outcome=Outcome.FAILED,
-        target_type="api_key",
-        target_id=rejected.key_id or "",
-        # Only the non-secret display prefix of what was presented, never the key.
-        details={"reason": rejected.code, "presented_prefix": token[:12]},
-    )
 
 
 class ApiKeyAuthentication(BaseAuthentication):
@@ -68,13 +42,10 @@ class ApiKeyAuthentication(BaseAuthentication):
         except UnicodeDecodeError:
             raise ApiKeyAuthFailed("invalid_api_key", "The API key is malformed.") from None
         try:
-            authenticated = api_key_authenticate_throttled(
-                token=token,
-                source_ip=client_ip(request._request),
-                user_agent=request._request.headers.get("User-Agent", ""),
+            authenticated = api_key_authenticate_at(
+                token=token, source=http_source(request._request), entry_point="api"
             )
-        except ApiKeyRejected as rejected:
-            audit_failed_authentication(request, rejected, token)
+        except ApiKeyRejected as rejected:  # audited by api_key_authenticate_at
             if rejected.code == "tenant_suspended":
                 raise TenantSuspendedError(rejected.message) from None
             raise ApiKeyAuthFailed(rejected.code, rejected.message) from None

@@ -14,6 +14,7 @@ urlpatterns = [
         name="openapi-schema",
     ),
     path("", include("tenants.api.urls")),
+    path("", include("identity.api.urls")),
     path("", include("audit.api.urls")),
     path("", include("caches.api.urls")),
     path("", include("frontend.api.urls")),

@@ -19,7 +19,7 @@ from django.utils import timezone
 from audit.services import audit_record
 from audit.snapshot import EMPTY, diff, model_snapshot, values_snapshot
 from controlplane.errors import ValidationFailed
-from tenants.actor import Actor
+from tenants.actor import Actor, AuthMethod
 from tenants.errors import (
     DuplicateName,
     EscalationDenied,
@@ -129,6 +129,11 @@ def _principal_in_tenant(*, tenant: Tenant, principal_id: str) -> Principal:
 def require_held_permissions(
     *, actor: Actor, tenant: Tenant, permissions: set[str], what: str
 ) -> None:
+    if actor.auth_method == AuthMethod.IDP_MAPPING and actor.principal is None:
+        # The IdP mapping applies rules a platform admin made (creating a mapping needs
+        # tenants.manage, and platform.admin holds every tenant permission): the
+        # escalation check happened then, against that admin.
+        return
     held = principal_permissions(principal=actor.principal, tenant=tenant)
     missing = sorted(permissions - held)
     if missing:
@@ -138,7 +143,14 @@ def require_held_permissions(
         )
 
 
-def policy_set(*, actor: Actor, tenant: Tenant, etag: str, bindings: list[BindingSpec]) -> Policy:
+def policy_set(
+    *,
+    actor: Actor,
+    tenant: Tenant,
+    etag: str,
+    bindings: list[BindingSpec],
+    details: dict[str, object] | None = None,
+) -> Policy:
     """Replace the tenant's bindings as a whole if ``etag`` is current.
 
     Raises EtagMismatch (stale etag: nothing changes), UnknownRole, UnknownPrincipal,
@@ -228,7 +240,7 @@ def policy_set(*, actor: Actor, tenant: Tenant, etag: str, bindings: list[Bindin
                     }
                 ),
             ),
-            details={"added": len(added), "removed": len(removed)},
+            details={**(details or {}), "added": len(added), "removed": len(removed)},
         )
     return policy_get(tenant=locked)
 

@@ -50,7 +50,7 @@ GUESS_CODES = frozenset({"invalid_api_key"})
 
 # Count one failure; at the limit, set the lock and reset the count. Returns
 # {failures, 1 if this failure engaged the lock else 0}. One script: atomic in Redis.
-_FAILURE_SCRIPT = """
+FAILURE_SCRIPT = """
 local n = redis.call('INCR', KEYS[1])
 if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
 if n >= tonumber(ARGV[2]) then
@@ -62,7 +62,7 @@ return {n, 0}
 """
 # Count one refusal; when the audit gate is open, close it and return the count to
 # record (else 0), so one row per gate period carries every refusal.
-_REFUSAL_SCRIPT = """
+REFUSAL_SCRIPT = """
 local n = redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
@@ -129,7 +129,7 @@ def _refusal_record(*, source_ip: str | None, user_agent: str, retry_after: int)
     try:
         count = int(
             ops.redis_client().eval(
-                _REFUSAL_SCRIPT,
+                REFUSAL_SCRIPT,
                 2,
                 refused,
                 gate,
@@ -158,7 +158,7 @@ def _failure_record(*, source_ip: str | None, user_agent: str) -> None:
     limit = settings.CACHEPLANE_API_KEY_FAILURE_LIMIT
     try:
         count, engaged = ops.redis_client().eval(
-            _FAILURE_SCRIPT,
+            FAILURE_SCRIPT,
             2,
             failures,
             lock,
@@ -244,7 +244,7 @@ def unauthenticated_request_record(
     try:
         count = int(
             ops.redis_client().eval(
-                _REFUSAL_SCRIPT,
+                REFUSAL_SCRIPT,
                 2,
                 f"{base}:refused",
                 f"{base}:refused-gate",

@@ -41,7 +41,8 @@ def test_with_a_token_the_bearer_is_required_and_a_wrong_one_is_audited(
     assert wrong.json()["error"]["code"] == "invalid_metrics_token"
     assert SECRET_TENANT not in missing.content.decode() + wrong.content.decode()
     [row] = AuditEvent.objects.filter(action="controlplane.metrics.scrape")
-    assert (row.outcome, row.details) == ("denied", {"reason": "invalid_metrics_token"})
+    assert (row.outcome, row.details["reason"]) == ("denied", "invalid_metrics_token")
+    assert row.details["failures"] == 1
 
     scraped = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     assert scraped.status_code == 200

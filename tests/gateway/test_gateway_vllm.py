@@ -182,7 +182,7 @@ def test_revoked_key_and_suspended_tenant_are_refused_and_audited(
         _chat(_client(live_server_url, acme["key"]))
     assert raised.value.body["code"] == "api_key_revoked"
     assert AuditEvent.objects.filter(
-        action="gateway.api_key.authenticate", outcome="failed"
+        action="tenants.api_key.authenticate", outcome="failed", details__entry_point="gateway"
     ).exists()
     tenant_set_state(actor=actor_for(None), tenant=globex["tenant"], state=TenantState.SUSPENDED)
     keys.key_cache.clear()

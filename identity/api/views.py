@@ -1,0 +1,127 @@
+"""Platform routes for the IdP group → role mapping (platform admins only)."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.api.tenancy import PlatformMixin
+from controlplane.api.validation import validated
+from controlplane.errors import NotFound
+from identity.api import serializers as s
+from identity.models import GroupMapping
+from identity.services import mappings, people
+from tenants.errors import TenantNotFound
+from tenants.models import Principal, PrincipalKind, Tenant
+
+
+class _ByCreated(CursorPagination):
+    ordering = "-created_at"
+    page_size = 100
+
+
+@extend_schema(tags=["platform"])
+class GroupMappingViewSet(PlatformMixin, viewsets.GenericViewSet[GroupMapping]):
+    """IdP groups mapped to tenant roles; reconciled at each single sign-on login."""
+
+    audit_entity = "identity.group_mapping"
+    action_permissions = {
+        "list": "tenants.list",
+        "create": "tenants.manage",
+        "destroy": "tenants.manage",
+    }
+    serializer_class = s.GroupMappingOut
+    pagination_class = _ByCreated
+
+    def get_queryset(self) -> QuerySet[GroupMapping]:
+        return mappings.group_mapping_list()
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(s.GroupMappingOut(page, many=True).data)
+
+    @extend_schema(request=s.GroupMappingCreateInput, responses={201: s.GroupMappingOut})
+    def create(self, request: Request) -> Response:
+        data = validated(s.GroupMappingCreateInput, request.data)
+        tenant = Tenant.objects.filter(slug=data["tenant"]).first()
+        if tenant is None:
+            raise TenantNotFound("Not found.")
+        mapping = mappings.group_mapping_create(
+            actor=self.actor(), tenant=tenant, group=data["group"], role=data["role"]
+        )
+        return Response(s.GroupMappingOut(mapping).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={204: OpenApiResponse(description="Deleted.")})
+    def destroy(self, request: Request, pk: str) -> Response:
+        mappings.group_mapping_delete(actor=self.actor(), mapping_id=pk)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _person(pk: str) -> Principal:
+    person = Principal.objects.filter(pk=pk, kind=PrincipalKind.HUMAN).first()
+    if person is None:
+        raise NotFound("No such person.")
+    return person
+
+
+@extend_schema(tags=["platform"])
+class PersonLifecycleViewSet(PlatformMixin, viewsets.GenericViewSet[Principal]):
+    """Disable, re-enable, sign out everywhere or remove a person (platform admins)."""
+
+    audit_entity = "identity.principal"
+    action_permissions = {
+        "disable": "tenants.manage",
+        "enable": "tenants.manage",
+        "sign_out": "tenants.manage",
+        "remove": "tenants.manage",
+    }
+    serializer_class = s.PersonOut
+
+    def _answer(self, person: Principal) -> Response:
+        return Response(s.PersonOut(person).data)
+
+    @extend_schema(request=None, responses={200: s.PersonOut})
+    def disable(self, request: Request, pk: str) -> Response:
+        return self._answer(
+            people.person_set_active(actor=self.actor(), principal=_person(pk), active=False)
+        )
+
+    @extend_schema(request=None, responses={200: s.PersonOut})
+    def enable(self, request: Request, pk: str) -> Response:
+        return self._answer(
+            people.person_set_active(actor=self.actor(), principal=_person(pk), active=True)
+        )
+
+    @extend_schema(request=None, responses={200: s.PersonOut})
+    def sign_out(self, request: Request, pk: str) -> Response:
+        person = _person(pk)
+        people.person_sessions_end(actor=self.actor(), principal=person)
+        return self._answer(person)
+
+    @extend_schema(request=None, responses={200: s.PersonOut})
+    def remove(self, request: Request, pk: str) -> Response:
+        return self._answer(people.person_remove(actor=self.actor(), principal=_person(pk)))
+
+
+@extend_schema(tags=["platform"])
+class InvitationViewSet(PlatformMixin, viewsets.GenericViewSet[Principal]):
+    """Invite a person by e-mail: a single-use, expiring link to choose a password."""
+
+    audit_entity = "identity.invitation"
+    action_permissions = {"create": "tenants.manage"}
+    serializer_class = s.PersonOut
+
+    @extend_schema(request=s.InvitationInput, responses={201: s.PersonOut})
+    def create(self, request: Request) -> Response:
+        data = validated(s.InvitationInput, request.data)
+        person = people.person_invite(
+            actor=self.actor(),
+            username=data["username"],
+            email=data["email"],
+            set_password_url=request.build_absolute_uri("/reset/") + "{uid}/{token}/",
+        )
+        return Response(s.PersonOut(person).data, status=status.HTTP_201_CREATED)

@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class IdentityConfig(AppConfig):
+    """Single sign-on (OpenID Connect) and the IdP group → role binding mapping."""
+
+    name = "identity"
+    default_auto_field = "django.db.models.BigAutoField"
