@@ -20,7 +20,7 @@ from tests.workers.real_vllm.runtime import (
     ensure_env,
 )
 
-pytestmark = pytest.mark.real_vllm
+pytestmark = [pytest.mark.real_vllm, pytest.mark.e2e]
 
 
 def _unavailable(reason: str) -> None:

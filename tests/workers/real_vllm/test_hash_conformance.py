@@ -19,7 +19,7 @@ from workers.hash_config import VLLM_DEFAULT_SEED
 from workers.hf_tokenizer import load_tokenizer
 from workers.request_hashing import HashSpec, block_hashes
 
-pytestmark = pytest.mark.real_vllm
+pytestmark = [pytest.mark.real_vllm, pytest.mark.e2e]
 
 
 def _bodies(count: int = 100) -> list[tuple[str, dict, str | None]]:

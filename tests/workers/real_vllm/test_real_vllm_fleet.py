@@ -23,7 +23,7 @@ from workers.kv_indexer import IndexerThread, registry_sources
 from workers.models import Worker
 from workers.services import worker_probe
 
-pytestmark = [pytest.mark.real_vllm, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.real_vllm, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def _register(api, platform_admin, server, tiny_model, **extra):
