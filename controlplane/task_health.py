@@ -21,7 +21,6 @@ from datetime import timedelta
 from typing import Any
 
 from celery.signals import task_failure, task_retry, task_success
-from django.db import DatabaseError
 from prometheus_client import Counter
 
 #: SQLSTATEs of a transaction PostgreSQL rolled back to break a conflict: safe to rerun.
@@ -87,6 +86,10 @@ def _sqlstate(exc: BaseException) -> str | None:
 def lock_conflicts_retried() -> Iterator[None]:
     """Turn a deadlock or serialization failure into :class:`LockConflict` (which the
     task's ``autoretry_for`` retries); every other database error passes unchanged."""
+    # Imported here: controlplane.celery imports this module, and `cacheplane audit verify`
+    # (which loads the Celery app through controlplane/__init__) must run without django.db.
+    from django.db import DatabaseError
+
     try:
         yield
     except DatabaseError as exc:
