@@ -18,7 +18,7 @@ from billing.models import ModelPrice, PoolPrice
 from billing.selectors import prices as price_selectors
 from billing.services import prices as price_services
 from frontend import forms as f
-from frontend import selectors
+from frontend import forms_workers, selectors
 from frontend.actions import actor, attempt, done
 from frontend.requests import PlatformPageRequest
 from frontend.views import _context, platform_page
@@ -334,7 +334,7 @@ def _workers_page(request: PlatformPageRequest, *, status: int = 200, **bound: A
         summary=summary,
         page_data=summary,
         can_manage_workers="workers.manage" in _held(request),
-        worker_form=bound.pop("worker_form", None) or f.WorkerRegisterForm(),
+        worker_form=bound.pop("worker_form", None) or forms_workers.WorkerRegisterForm(),
         **bound,
     )
 
@@ -348,7 +348,7 @@ def workers_page(request: PlatformPageRequest) -> HttpResponse:
 @platform_page("workers.manage")
 @require_POST
 def worker_register(request: PlatformPageRequest) -> HttpResponse:
-    form = f.WorkerRegisterForm(request.POST)
+    form = forms_workers.WorkerRegisterForm(request.POST)
     if form.is_valid():
         worker = attempt(
             form,
