@@ -271,7 +271,7 @@ def test_the_production_overlays_processes_run_and_pass_their_probes(pods: Pods)
     indexer = pods.start("Deployment", "cacheplane-kv-indexer")
 
     # A worker registers as the GPU StatefulSet's command does (here with loopback
-    # addresses and --dry-run: no vLLM to exec), then publishes one stored block.
+    # addresses and no vLLM to exec), then publishes one stored block.
     from workers.engine.kv_events import BlockStored, KVEventsConfig, ZmqEventPublisher
 
     pub_port, replay_port = free_port(), free_port()
@@ -288,10 +288,16 @@ def test_the_production_overlays_processes_run_and_pass_their_probes(pods: Pods)
         "--advertise-url": f"http://127.0.0.1:{free_port()}",
         "--kv-events-endpoint": f"tcp://*:{pub_port},tcp://*:{replay_port}",
     }
-    registered = pods.run("StatefulSet", "cacheplane-worker", ["--dry-run"], flags=local)
+    planned = pods.run("StatefulSet", "cacheplane-worker", ["--dry-run"], flags=local)
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert "would register worker cacheplane-worker-0" in planned.stdout  # and writes nothing
+    assert "--kv-events-config" in planned.stdout  # the vLLM command it would exec
+    # For real: it registers, then execs its vLLM interpreter (here /bin/true: no vLLM).
+    registered = pods.run(
+        "StatefulSet", "cacheplane-worker", ["--vllm-python", "/bin/true"], flags=local
+    )
     assert registered.returncode == 0, registered.stderr[-2000:]
     assert "registered worker cacheplane-worker-0" in registered.stdout
-    assert "--kv-events-config" in registered.stdout  # the vLLM command it would exec
 
     try:
         import redis
