@@ -95,7 +95,8 @@ class VllmAdapter:
             allowed=CHAT_PARAMETERS if call.kind == "chat" else COMPLETION_PARAMETERS,
             provider="vLLM",
         )
-        serving = directory.serving(body.get("model") if isinstance(body.get("model"), str) else "")
+        model = body.get("model")
+        serving = directory.serving(model if isinstance(model, str) else "")
         if serving and all(w.engine == "reference" for w in serving):
             for name in unsupported_parameters(body):
                 raise refuse(name, "vLLM", "the reference worker serving it does not implement it")
