@@ -328,7 +328,14 @@ def test_the_production_overlays_processes_run_and_pass_their_probes(pods: Pods)
             timeout=60,
             what=lambda: "the indexer to index the block\n" + pods.log("cacheplane-kv-indexer"),
         )
-        assert client.hexists(kv_index.LIVE_KEY, "cacheplane-worker-0")
+        # The indexer marks its synced streams live every LIVE_EVERY seconds, not per event.
+        _until(
+            lambda: client.hexists(kv_index.LIVE_KEY, "cacheplane-worker-0"),
+            timeout=30,
+            what=lambda: (
+                "the indexer to mark the worker live\n" + pods.log("cacheplane-kv-indexer")
+            ),
+        )
         probe = pods.exec_probe(indexer, "livenessProbe")
         assert probe.returncode == 0, probe.stderr
     finally:
