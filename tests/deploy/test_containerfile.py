@@ -71,3 +71,19 @@ def test_static_files_are_built_at_image_build_and_served_from_the_collected_roo
     assert env["CACHEPLANE_STATIC_ROOT"] == "/opt/cacheplane/static"
     assert env["CACHEPLANE_STATIC_FROM_FINDERS"] == "false"
     assert env["DJANGO_SETTINGS_MODULE"] == "controlplane.settings"
+
+
+def test_the_build_stage_copies_every_package_the_project_installs() -> None:
+    """A new app (identity, this round) left out of the COPY lines installs nothing and the
+    image's collectstatic fails on its missing module."""
+    import tomllib
+    from pathlib import Path
+
+    config = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    packages = {p.rstrip("*") for p in config["tool"]["setuptools"]["packages"]["find"]["include"]}
+    copied = {
+        i["value"].split()[0].rstrip("/")
+        for i in _stages()["build"]
+        if i["instruction"] == "COPY" and not i["value"].startswith("--from")
+    }
+    assert packages <= copied, sorted(packages - copied)
