@@ -141,7 +141,8 @@ async def test_tenant_b_gets_none_of_a_events_and_its_attempt_is_audited() -> No
             AuditEvent.objects.filter(action="frontend.socket.connect", outcome=Outcome.DENIED)
         )
     )()
-    assert [(e.details["reason"], e.details["tenant_ref"]) for e in rows] == [
+    # Denials are recorded off the request path (audit_denials_wait): compare as a set.
+    assert sorted((e.details["reason"], e.details["tenant_ref"]) for e in rows) == [
         ("no_binding", a.slug),
         ("no_such_tenant", "no-such-tenant"),
     ]

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record
-from audit.snapshot import diff, model_snapshot
+from audit.snapshot import EMPTY, diff, model_snapshot
 from caches.models import TERMINAL_STATES, CacheObject
 from caches.providers.base import TransientProviderError
 from caches.providers.vertex import VertexProvider
@@ -58,7 +58,8 @@ def orphan_delete(
         return False
     now = timezone.now()
     with transaction.atomic():
-        changes = None
+        # No change to the record (no cache, or one already ended): both sides empty.
+        before = after = EMPTY
         tenant = None
         if cache is not None:
             locked = cache_lock(cache_id=cache.pk)
@@ -69,7 +70,7 @@ def orphan_delete(
                 before = model_snapshot(locked, fields=["ended_at"])
                 locked.ended_at = now
                 locked.save(update_fields=["ended_at", "updated_at"])
-                changes = diff(before, model_snapshot(locked, fields=["ended_at"]))
+                after = model_snapshot(locked, fields=["ended_at"])
                 cache_storage_accrue_final(cache=locked)
         audit_record(
             actor=actor,
@@ -77,7 +78,7 @@ def orphan_delete(
             tenant=tenant,
             target_type="cache" if cache is not None else "vertex_cache",
             target_id=str(cache.pk) if cache is not None else remote_name,
-            changes=changes,
+            changes=diff(before, after),
             details={"remote_name": remote_name, "reason": reason},
         )
     return True

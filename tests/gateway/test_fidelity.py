@@ -203,16 +203,20 @@ def test_upstream_429_keeps_its_retry_after_and_worker_errors_are_reshaped(
     assert set(response.json()["error"]) == {"message", "type", "param", "code"}
 
 
-def test_a_worker_refusal_is_reshaped_with_its_status(live_server_url, ref_workers, tenant_keys):
+def test_tools_for_a_model_only_reference_workers_serve_are_refused_by_name(
+    live_server_url, ref_workers, tenant_keys
+):
+    """The gateway knows the reference worker has no tools and refuses before routing
+    (docs/vllm-protocol.md), as it refuses every parameter the serving engine cannot do."""
     client = _client(live_server_url, tenant_keys["gw-acme"]["key"])
-    with pytest.raises(openai.BadRequestError) as raised:  # the reference worker has no tools
+    with pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(
             model=MODEL,
             messages=[{"role": "user", "content": "hi"}],
             max_tokens=2,
             tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
         )
-    assert raised.value.body["code"] == "upstream_rejected"
+    assert raised.value.body["code"] == "unsupported_parameter"
     assert raised.value.body["param"] == "tools"
 
 
