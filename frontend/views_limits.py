@@ -15,65 +15,16 @@ from django.views.decorators.http import require_POST
 
 from frontend import forms as f
 from frontend.actions import actor, attempt, blank_form, done, uuid_or_404
+from frontend.limits_context import limit_form_prefix, limit_key_choices
 from frontend.requests import TenantPageRequest
 from frontend.views import tenant_page
+from frontend.views_manage import budgets_render
 from gateway import selectors as limit_selectors
 from gateway import services as limit_services
 from gateway.models import RateLimit
-from tenants import selectors as tenant_selectors
-from tenants.models import Tenant
-
-LIMIT_FIELDS = ("requests_per_minute", "tokens_per_minute", "concurrent_requests", "weight")
-
-
-def _prefix(limit: RateLimit) -> str:
-    return f"rl{limit.pk.hex[:8]}"
-
-
-def _key_choices(tenant: Tenant, taken: set[str]) -> list[tuple[str, str]]:
-    """Active keys of the tenant that have no limit of their own yet, by name."""
-    keys = (
-        tenant_selectors.api_key_list(tenant=tenant)
-        .filter(revoked_at__isnull=True)
-        .select_related("principal")
-        .order_by("name")[:500]
-    )
-    return [
-        (str(k.pk), f"key {k.name} ({k.prefix}…, {k.principal.username})")
-        for k in keys
-        if str(k.pk) not in taken
-    ]
-
-
-def rate_limit_context(tenant: Tenant, *, bound: dict[str, Any]) -> dict[str, Any]:
-    """The budgets page's rate-limit section: rows with their edit forms, the new form."""
-    limits = list(limit_selectors.rate_limit_list(tenant=tenant).select_related("api_key")[:500])
-    limits.sort(key=lambda r: (r.api_key_id is not None, r.api_key.name if r.api_key else ""))
-    edited = bound.pop("limit_edited", None)
-    rows = []
-    for limit in limits:
-        if edited is not None and edited[0] == limit.pk:
-            form = edited[1]
-        else:
-            form = f.RateLimitEditForm(
-                prefix=_prefix(limit),
-                for_key=limit.api_key_id is not None,
-                initial={name: getattr(limit, name) for name in LIMIT_FIELDS},
-            )
-        rows.append({"limit": limit, "form": form})
-    taken = {str(r.api_key_id) for r in limits if r.api_key_id}
-    return {
-        "limit_rows": rows,
-        "has_tenant_limit": any(r.api_key_id is None for r in limits),
-        "limit_form": bound.pop("limit_form", None)
-        or f.RateLimitForm(prefix="rl", keys=_key_choices(tenant, taken)),
-        "limit_errors": bound.pop("limit_errors", None),
-    }
 
 
 def _budgets_page(request: TenantPageRequest, **bound: Any) -> HttpResponse:
-    from frontend.views_manage import budgets_render
-
     return budgets_render(request, status=400, **bound)
 
 
@@ -108,7 +59,7 @@ def rate_limit_create(request: TenantPageRequest) -> HttpResponse:
     }
     # Every key of the tenant is a valid choice here (a taken one is the service's
     # rate_limit_exists, shown next to the field, not a silent "invalid choice").
-    form = f.RateLimitForm(request.POST, prefix="rl", keys=_key_choices(tenant, set()))
+    form = f.RateLimitForm(request.POST, prefix="rl", keys=limit_key_choices(tenant, set()))
     if form.is_valid():
         key_id = form.cleaned_data.get("api_key") or None
         limit = attempt(
@@ -119,7 +70,7 @@ def rate_limit_create(request: TenantPageRequest) -> HttpResponse:
         )
         if limit is not None:
             return _back(request, f"Rate limit for {_scope(limit)} set.")
-    form.set_keys(_key_choices(tenant, taken))
+    form.set_keys(limit_key_choices(tenant, taken))
     return _budgets_page(request, limit_form=form)
 
 
@@ -129,7 +80,7 @@ def rate_limit_edit(request: TenantPageRequest, limit_id: str) -> HttpResponse:
     """Change a scope's limits (an emptied field becomes unlimited)."""
     limit = _limit(request, limit_id)
     form = f.RateLimitEditForm(
-        request.POST, prefix=_prefix(limit), for_key=limit.api_key_id is not None
+        request.POST, prefix=limit_form_prefix(limit), for_key=limit.api_key_id is not None
     )
     if form.is_valid():
         saved = attempt(

@@ -32,10 +32,11 @@ from caches.services import lifecycle
 from controlplane.errors import DomainError
 from frontend import forms as f
 from frontend.actions import actor, attempt, blank_form, done, invalid, no_store, uuid_or_404
+from frontend.limits_context import rate_limit_context
 from frontend.requests import TenantPageRequest
 from frontend.selectors.budgets import budget_refusal_text, cache_budget_preview
 from frontend.selectors.common import budget_display_rows
-from frontend.views import _context, tenant_page
+from frontend.views import _context, cache_page, tenant_page
 from tenants.models import Tenant
 
 MICROS = Decimal(1_000_000)
@@ -65,8 +66,6 @@ def _budget_rows(tenant: Tenant) -> list[dict[str, Any]]:
 
 def budgets_render(request: TenantPageRequest, *, status: int = 200, **extra: Any) -> HttpResponse:
     """The budgets page: budgets, alerts and rate limits, with bound forms re-shown."""
-    from frontend.views_limits import rate_limit_context
-
     tenant = request.tenant
     rows = _budget_rows(tenant)
     limits = rate_limit_context(tenant, bound=extra)
@@ -320,8 +319,6 @@ def _cache_back(
 ) -> HttpResponse:
     tenant = request.tenant
     if form.errors:
-        from frontend.views import cache_page
-
         request.method = "GET"
         errors = {
             "form": form,

@@ -13,9 +13,7 @@ from billing.services.usage.flush import (
     usage_write_direct,
 )
 from billing.services.usage.queue import (
-    _CLAIM_SCRIPT,
     EPOCH,
-    _keys,
     queue_key,
     usage_message,
     usage_queue_append,
@@ -26,9 +24,7 @@ from billing.services.usage.queue import (
 __all__ = [
     "EPOCH",
     "ROLLUP_LOCK",
-    "_CLAIM_SCRIPT",
     "FlushResult",
-    "_keys",
     "cache_creation_record",
     "micros_sql",
     "price_row",
