@@ -74,8 +74,8 @@ SCIM_SERVICE_PROVIDER = {
     "USER_ADAPTER": "identity.scim.ScimUserAdapter",
     "GROUP_MODEL": "identity.models.ScimGroup",
     "GROUP_ADAPTER": "identity.scim.ScimGroupAdapter",
-    "USER_FILTER_PARSER": "identity.scim.UserFilter",
-    "GROUP_FILTER_PARSER": "identity.scim.GroupFilter",
+    "USER_FILTER_PARSER": "identity.scim_filters.UserFilter",
+    "GROUP_FILTER_PARSER": "identity.scim_filters.GroupFilter",
     "GET_EXTRA_MODEL_FILTER_KWARGS_GETTER": "identity.scim.extra_filter_kwargs",
     "AUTHENTICATION_SCHEMES": [
         {

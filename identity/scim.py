@@ -19,7 +19,6 @@ from django.http import HttpRequest, HttpResponse
 from django_scim import constants
 from django_scim import exceptions as scim_errors
 from django_scim.adapters import SCIMGroup, SCIMUser
-from django_scim.filters import FilterQuery
 
 from controlplane.errors import DomainError
 from identity.models import ScimGroup, ScimToken
@@ -135,10 +134,30 @@ class ScimUserAdapter(SCIMUser):
     id_field = "id"
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = super().to_dict()
-        data["externalId"] = None
-        data["meta"]["lastModified"] = data["meta"]["created"]
-        return data
+        person = self.obj
+        return {
+            "schemas": [constants.SchemaURI.USER],
+            "id": str(person.pk),
+            "userName": person.username,
+            "name": {
+                "givenName": person.first_name,
+                "familyName": person.last_name,
+                "formatted": self.display_name,
+            },
+            "displayName": self.display_name,
+            "emails": [{"value": person.email, "primary": True}] if person.email else [],
+            "active": person.is_active,
+            "groups": [
+                {"value": str(g.pk), "display": g.display_name, "$ref": ScimGroupAdapter(g, self.request).location}
+                for g in person.scim_groups.all()
+            ],
+            "meta": {
+                "resourceType": self.resource_type,
+                "created": person.date_joined.isoformat(),
+                "lastModified": person.date_joined.isoformat(),
+                "location": self.location,
+            },
+        }
 
     def _fields(self, d: dict[str, Any]) -> services.ScimUserFields:
         name = d.get("name") or {}
@@ -179,34 +198,45 @@ class ScimUserAdapter(SCIMUser):
         actor = _actor(self.request)
         _domain(lambda: services.scim_user_delete(actor=actor, person=self.obj))
 
-    def handle_replace(self, path: Any, value: Any, operation: dict[str, Any]) -> None:
-        """PATCH replace (Okta and Entra ID send ``active``, names, emails this way)."""
+    def handle_operations(self, operations: list[dict[str, Any]]) -> None:
+        """PATCH add / replace of ``active``, ``userName``, names and e-mails (what Okta
+        and Entra ID send), applied as one update through the services."""
         current = self.to_dict()
-        if path and not isinstance(value, dict):
-            value = {path: value}
-        if not isinstance(value, dict):
-            raise scim_errors.BadRequestError("A replace value is an object or a scalar.")
-        for attr, new in value.items():
-            key = attr if isinstance(attr, tuple) else (attr, None, None)
-            if key == ("active", None, None):
-                current["active"] = new if not isinstance(new, str) else new.lower() == "true"
-            elif key in (("userName", None, None),):
-                current["userName"] = new
-            elif key in (("name", "givenName", None), ("givenName", None, None)):
-                current.setdefault("name", {})["givenName"] = new
-            elif key in (("name", "familyName", None), ("familyName", None, None)):
-                current.setdefault("name", {})["familyName"] = new
-            elif key[0] == "emails":
-                current["emails"] = new if isinstance(new, list) else [{"value": new}]
-            elif key[0] in ("externalId", "displayName", "name"):
-                continue
-            else:
-                raise scim_errors.BadRequestError(f"Unsupported attribute {key[0]!r}.")
+        for operation in operations:
+            if not isinstance(operation, dict):
+                raise scim_errors.BadRequestError("Each operation is an object.")
+            op = str(operation.get("op", "")).lower()
+            if op not in ("add", "replace"):
+                raise scim_errors.BadRequestError(f"Unsupported PATCH op {op!r} on a user.")
+            path, value = operation.get("path"), operation.get("value")
+            changes = {str(path): value} if path else value
+            if not isinstance(changes, dict):
+                raise scim_errors.BadRequestError("A PATCH value without a path is an object.")
+            for attr, new in changes.items():
+                _user_attr_apply(current, attr, new)
         self.from_dict(current)
         self.save()
 
-    def handle_add(self, path: Any, value: Any, operation: dict[str, Any]) -> None:
-        self.handle_replace(path, value, operation)
+
+def _user_attr_apply(current: dict[str, Any], attr: str, new: Any) -> None:
+    key = attr.split(":")[-1] if attr.startswith("urn:") else attr
+    base = key.split("[")[0].split(".")[0]
+    if base == "active":
+        current["active"] = new.lower() == "true" if isinstance(new, str) else new
+    elif base == "userName":
+        current["userName"] = new
+    elif key in ("name.givenName", "givenName"):
+        current.setdefault("name", {})["givenName"] = new
+    elif key in ("name.familyName", "familyName"):
+        current.setdefault("name", {})["familyName"] = new
+    elif base == "name" and isinstance(new, dict):
+        current["name"] = {**current.get("name", {}), **new}
+    elif base == "emails":
+        current["emails"] = new if isinstance(new, list) else [{"value": new, "primary": True}]
+    elif base in ("externalId", "displayName", "name", "title", "locale", "timezone"):
+        return  # not kept here
+    else:
+        raise scim_errors.BadRequestError(f"Unsupported attribute {attr[:60]!r}.")
 
 
 def _members(value: Any) -> list[Principal]:
@@ -337,20 +367,3 @@ class ScimGroupAdapter(SCIMGroup):
                 )
             else:
                 raise scim_errors.BadRequestError(f"Unsupported PATCH path {path!r}.")
-
-
-class UserFilter(FilterQuery):
-    model_getter = staticmethod(lambda: Principal)
-    attr_map = {
-        ("userName", None, None): "username",
-        ("emails", "value", None): "email",
-        ("active", None, None): "is_active",
-    }
-
-
-class GroupFilter(FilterQuery):
-    model_getter = staticmethod(lambda: ScimGroup)
-    attr_map = {
-        ("displayName", None, None): "display_name",
-        ("externalId", None, None): "external_id",
-    }
