@@ -98,7 +98,7 @@ def test_a_revoked_invitation_link_no_longer_works_and_the_person_is_removed(
 @pytest.mark.parametrize(
     ("roles", "code"),
     [
-        ([{"tenant": "nowhere", "role": "tenant.viewer"}], "validation_failed"),
+        ([{"tenant": "nowhere", "role": "tenant.viewer"}], "invalid_input"),
         ([{"tenant": "acme-legal", "role": "no.such.role"}], "unknown_role"),
     ],
 )
@@ -132,6 +132,10 @@ def test_the_console_invitations_page_sends_lists_and_revokes(
     assert 'data-invitation="erin"' not in console.get("/platform/invitations/").content.decode()
 
 
+def _signed_out(client: Client) -> bool:
+    return client.get("/").get("Location", "").startswith("/login/")
+
+
 def _signed_in(username: str, agent: str) -> Client:
     client = Client(HTTP_USER_AGENT=agent)
     assert client.post("/login/", {"username": username, "password": PASSWORD}).status_code == 302
@@ -153,7 +157,7 @@ def test_a_persons_sessions_are_listed_and_one_is_signed_out(api, ops, legal) ->
 
     ended = api.delete(f"/api/v1/platform/principals/{dana.pk}/sessions/{session_id(cookie)}")
     assert ended.status_code == 204
-    assert laptop.get("/").status_code == 302 and phone.get("/").status_code == 200
+    assert _signed_out(laptop) and not _signed_out(phone)
     event = AuditEvent.objects.get(action="identity.principal.session_end")
     assert event.actor_id == str(ops.pk) or event.actor_id == ops.pk
     assert event.details == {"session": session_id(cookie)}
@@ -178,4 +182,4 @@ def test_the_console_sessions_page_signs_one_session_out(ops, legal) -> None:
     assert "Laptop/1.0" in page and "Phone/2.0" in page
     sid = session_id(phone.cookies["sessionid"].value)
     assert console.post(f"/platform/people/{dana.pk}/sessions/{sid}/end").status_code == 302
-    assert phone.get("/").status_code == 302 and laptop.get("/").status_code == 200
+    assert _signed_out(phone) and not _signed_out(laptop)
