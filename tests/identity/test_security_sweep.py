@@ -38,7 +38,7 @@ def budgeted():
         actor=actor_for(admin),
         tenant=tenant,
         name="monthly",
-        period="monthly",
+        period="month",
         limit_micros=10_000_000,
         webhook_url=HOOK,
     )
