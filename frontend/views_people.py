@@ -59,7 +59,10 @@ class InvitationForm(forms.Form):
         return data
 
     def roles(self) -> list[tuple[str, str]]:
-        rows = ((self.cleaned_data.get(f"tenant_{r}"), self.cleaned_data.get(f"role_{r}")) for r in range(1, ROLE_ROWS + 1))
+        rows = (
+            (self.cleaned_data.get(f"tenant_{r}"), self.cleaned_data.get(f"role_{r}"))
+            for r in range(1, ROLE_ROWS + 1)
+        )
         return [(tenant.slug, str(role)) for tenant, role in rows if tenant and role]
 
 

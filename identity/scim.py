@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
@@ -130,7 +131,8 @@ def extra_filter_kwargs(model: Any) -> Callable[..., dict[str, Any]]:
     return kwargs
 
 
-class ScimUserAdapter(SCIMUser):
+class ScimUserAdapter(SCIMUser):  # type: ignore[misc]  # django-scim2 ships no types
+    obj: Any
     id_field = "id"
 
     def to_dict(self) -> dict[str, Any]:
@@ -148,7 +150,11 @@ class ScimUserAdapter(SCIMUser):
             "emails": [{"value": person.email, "primary": True}] if person.email else [],
             "active": person.is_active,
             "groups": [
-                {"value": str(g.pk), "display": g.display_name, "$ref": ScimGroupAdapter(g, self.request).location}
+                {
+                    "value": str(g.pk),
+                    "display": g.display_name,
+                    "$ref": ScimGroupAdapter(g, self.request).location,
+                }
                 for g in person.scim_groups.all()
             ],
             "meta": {
@@ -167,7 +173,9 @@ class ScimUserAdapter(SCIMUser):
         email = ""
         if isinstance(emails, list) and emails:
             primary = [e for e in emails if isinstance(e, dict) and e.get("primary")] or emails
-            email = _text(primary[0].get("value") if isinstance(primary[0], dict) else None, "email")
+            email = _text(
+                primary[0].get("value") if isinstance(primary[0], dict) else None, "email"
+            )
             if email:
                 self.validate_email(email)
         active = d.get("active", True)
@@ -264,7 +272,8 @@ def _uuids(ids: list[str]) -> list[str]:
     return out
 
 
-class ScimGroupAdapter(SCIMGroup):
+class ScimGroupAdapter(SCIMGroup):  # type: ignore[misc]  # django-scim2 ships no types
+    obj: Any
     id_field = "id"
 
     @property
@@ -303,7 +312,9 @@ class ScimGroupAdapter(SCIMGroup):
     def save(self) -> None:
         actor = _actor(self.request)
         name, external, members = self._pending
-        existing = self.obj if self.obj.pk and ScimGroup.objects.filter(pk=self.obj.pk).exists() else None
+        existing = (
+            self.obj if self.obj.pk and ScimGroup.objects.filter(pk=self.obj.pk).exists() else None
+        )
         self.obj = _domain(
             lambda: services.scim_group_save(
                 actor=actor,
@@ -327,7 +338,7 @@ class ScimGroupAdapter(SCIMGroup):
                 raise scim_errors.BadRequestError("Each operation is an object.")
             op = str(operation.get("op", "")).lower()
             path = str(operation.get("path") or "")
-            value = operation.get("value")
+            value: Any = operation.get("value")
             if op not in ("add", "remove", "replace"):
                 raise scim_errors.BadRequestError(f"Unknown PATCH op {op!r}.")
             if path.startswith("members[") and op == "remove":
@@ -339,7 +350,8 @@ class ScimGroupAdapter(SCIMGroup):
                 group = self.obj
                 if op == "replace":
                     self.obj = _domain(
-                        lambda: services.scim_group_save(
+                        partial(
+                            services.scim_group_save,
                             actor=actor,
                             group=group,
                             display_name=group.display_name,
@@ -350,15 +362,20 @@ class ScimGroupAdapter(SCIMGroup):
                 else:
                     add, drop = (listed, []) if op == "add" else ([], listed)
                     self.obj = _domain(
-                        lambda: services.scim_group_members_change(
-                            actor=actor, group=group, add=add, remove=drop
+                        partial(
+                            services.scim_group_members_change,
+                            actor=actor,
+                            group=group,
+                            add=add,
+                            remove=drop,
                         )
                     )
             elif path == "displayName" or (not path and isinstance(value, dict)):
                 name = value if path else value.get("displayName", self.obj.display_name)
                 group = self.obj
                 self.obj = _domain(
-                    lambda: services.scim_group_save(
+                    partial(
+                        services.scim_group_save,
                         actor=actor,
                         group=group,
                         display_name=_text(name, "displayName"),

@@ -12,7 +12,7 @@ from identity.models import ScimGroup
 from tenants.models import Principal
 
 
-class UserFilter(FilterQuery):
+class UserFilter(FilterQuery):  # type: ignore[misc]  # django-scim2 ships no types
     model_getter = staticmethod(lambda: Principal)
     attr_map = {
         ("userName", None, None): "username",
@@ -24,7 +24,7 @@ class UserFilter(FilterQuery):
     }
 
 
-class GroupFilter(FilterQuery):
+class GroupFilter(FilterQuery):  # type: ignore[misc]
     model_getter = staticmethod(lambda: ScimGroup)
     attr_map = {
         ("displayName", None, None): "display_name",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from identity.models import GroupMapping, Invitation, ScimToken
@@ -63,7 +65,7 @@ class InvitationOut(serializers.ModelSerializer[Invitation]):
         read_only_fields = fields
 
 
-class SessionOut(serializers.Serializer[None]):
+class SessionOut(serializers.Serializer[dict[str, Any]]):
     session_id = serializers.CharField(help_text="Not the cookie: a digest that names it.")
     opened_at = serializers.CharField(allow_null=True)
     expires_at = serializers.DateTimeField()

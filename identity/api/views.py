@@ -161,7 +161,7 @@ class PersonSessionViewSet(PlatformMixin, viewsets.GenericViewSet[Principal]):
         rows = sessions.person_session_list(
             principal=_person(pk), current_key=request.session.session_key
         )
-        return Response(s.SessionOut([row.__dict__ for row in rows], many=True).data)
+        return Response([s.SessionOut(row.__dict__).data for row in rows])
 
     @extend_schema(responses={204: OpenApiResponse(description="Signed out.")})
     def destroy(self, request: Request, pk: str, session_id: str) -> Response:

@@ -108,7 +108,11 @@ def invitation_create(
             tenant=None,
             target_type="principal",
             target_id=str(principal.pk),
-            details={"email": email[:254], "roles": invitation.roles, "invitation": str(invitation.pk)},
+            details={
+                "email": email[:254],
+                "roles": invitation.roles,
+                "invitation": str(invitation.pk),
+            },
         )
         link = invitation_link(principal=principal, set_password_url=set_password_url)
         transaction.on_commit(

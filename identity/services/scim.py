@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from audit.services import audit_record
-from audit.snapshot import EMPTY, diff, model_snapshot
+from audit.snapshot import EMPTY, Changes, diff, model_snapshot
 from controlplane.errors import NotFound, ValidationFailed
 from identity.models import ExternalIdentity, ScimGroup, ScimToken
 from identity.services.mappings import bindings_reconcile, principal_groups
@@ -190,7 +191,7 @@ def scim_user_delete(*, actor: Actor, person: Principal) -> None:
     person_remove(actor=actor, principal=person)
 
 
-def scim_people() -> Iterable[Principal]:
+def scim_people() -> QuerySet[Principal]:
     """People SCIM sees: humans not removed (platform-wide: provisioning is platform
     configuration, not a tenant's data)."""
     return Principal.objects.filter(kind=PrincipalKind.HUMAN, removed_at__isnull=True)
@@ -215,7 +216,7 @@ def _reconcile(actor: Actor, principals: Iterable[Principal]) -> None:
 
 
 def _group_audit(
-    actor: Actor, group: ScimGroup, verb: str, changes: dict[str, Any] | None = None, **details: Any
+    actor: Actor, group: ScimGroup, verb: str, changes: Changes | None = None, **details: Any
 ) -> None:
     audit_record(
         actor=actor,
@@ -243,8 +244,8 @@ def scim_group_save(
         raise ValidationFailed("displayName is 1-255 characters.", details={"field": "displayName"})
     with transaction.atomic():
         creating = group is None
-        target = ScimGroup() if group is None else ScimGroup.objects.select_for_update().get(
-            pk=group.pk
+        target = (
+            ScimGroup() if group is None else ScimGroup.objects.select_for_update().get(pk=group.pk)
         )
         before = EMPTY if creating else model_snapshot(target)
         renamed = not creating and target.display_name != display_name
@@ -260,8 +261,9 @@ def scim_group_save(
             new = set(members)
             target.members.set(new)
             touched |= new ^ old
-            added, gone = sorted(p.username for p in new - old), sorted(
-                p.username for p in old - new
+            added, gone = (
+                sorted(p.username for p in new - old),
+                sorted(p.username for p in old - new),
             )
         else:
             added, gone = [], []

@@ -70,7 +70,9 @@ def _sessions_of(principal: Principal) -> list[tuple[Session, dict[str, Any]]]:
     return found
 
 
-def person_session_list(*, principal: Principal, current_key: str | None = None) -> list[SessionInfo]:
+def person_session_list(
+    *, principal: Principal, current_key: str | None = None
+) -> list[SessionInfo]:
     """``principal``'s live sessions, newest first; ``current`` marks the caller's own."""
     rows = []
     for session, data in _sessions_of(principal):

@@ -60,7 +60,9 @@ def test_an_invitation_grants_its_roles_is_listed_until_accepted_and_works_once(
     api, ops, legal, mailoutbox, django_capture_on_commit_callbacks
 ) -> None:
     made = _invite(
-        api, django_capture_on_commit_callbacks, roles=[{"tenant": "acme-legal", "role": "tenant.viewer"}]
+        api,
+        django_capture_on_commit_callbacks,
+        roles=[{"tenant": "acme-legal", "role": "tenant.viewer"}],
     )
     assert made.status_code == 201, made.content
     assert made.json()["roles"] == [["acme-legal", "tenant.viewer"]]
@@ -72,7 +74,9 @@ def test_an_invitation_grants_its_roles_is_listed_until_accepted_and_works_once(
     assert _set_password(Client(), _link(mailoutbox[0])).status_code == 302
     assert api.get("/api/v1/platform/invitations").json()["results"] == []
     assert Invitation.objects.get().accepted_at is not None
-    assert AuditEvent.objects.filter(action="identity.invitation.accept", target_id=str(erin.pk)).exists()
+    assert AuditEvent.objects.filter(
+        action="identity.invitation.accept", target_id=str(erin.pk)
+    ).exists()
     assert b'id="invalid-link"' in _set_password(Client(), _link(mailoutbox[0])).content
 
 
@@ -80,7 +84,9 @@ def test_a_revoked_invitation_link_no_longer_works_and_the_person_is_removed(
     api, ops, legal, mailoutbox, django_capture_on_commit_callbacks
 ) -> None:
     made = _invite(
-        api, django_capture_on_commit_callbacks, roles=[{"tenant": "acme-legal", "role": "tenant.viewer"}]
+        api,
+        django_capture_on_commit_callbacks,
+        roles=[{"tenant": "acme-legal", "role": "tenant.viewer"}],
     )
     revoked = api.post(f"/api/v1/platform/invitations/{made.json()['id']}/revoke")
     assert revoked.status_code == 200 and revoked.json()["revoked_at"]
@@ -120,12 +126,20 @@ def test_the_console_invitations_page_sends_lists_and_revokes(
     with django_capture_on_commit_callbacks(execute=True):
         sent = console.post(
             "/platform/invitations/new",
-            {"username": "erin", "email": "erin@example.com", "tenant_1": "acme-legal", "role_1": "tenant.developer"},
+            {
+                "username": "erin",
+                "email": "erin@example.com",
+                "tenant_1": "acme-legal",
+                "role_1": "tenant.developer",
+            },
         )
     assert sent.status_code == 302 and len(mailoutbox) == 1
     page = console.get("/platform/invitations/").content.decode()
     assert 'data-invitation="erin"' in page and "tenant.developer" in page
-    half = console.post("/platform/invitations/new", {"username": "fay", "email": "f@example.com", "tenant_1": "acme-legal"})
+    half = console.post(
+        "/platform/invitations/new",
+        {"username": "fay", "email": "f@example.com", "tenant_1": "acme-legal"},
+    )
     assert half.status_code == 400 and not Principal.objects.filter(username="fay").exists()
     invitation = Invitation.objects.get()
     assert console.post(f"/platform/invitations/{invitation.pk}/revoke").status_code == 302

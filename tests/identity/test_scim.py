@@ -43,7 +43,9 @@ def _idp(base: str, token: str) -> httpx.Client:
 
 
 def _status_with_key(token: str) -> int:
-    return Client().get("/api/v1/tenants/acme-legal", HTTP_AUTHORIZATION=f"Bearer {token}").status_code
+    return (
+        Client().get("/api/v1/tenants/acme-legal", HTTP_AUTHORIZATION=f"Bearer {token}").status_code
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -72,7 +74,11 @@ def test_an_idp_provisions_groups_deactivates_and_deletes_a_person_and_access_fo
     # Group membership drives the mapping: erin becomes a developer on acme-legal.
     group = idp.post(
         "/Groups",
-        json={"schemas": [GROUP_SCHEMA], "displayName": "ml-legal-devs", "members": [{"value": erin_id}]},
+        json={
+            "schemas": [GROUP_SCHEMA],
+            "displayName": "ml-legal-devs",
+            "members": [{"value": erin_id}],
+        },
     )
     assert group.status_code == 201, group.text
     group_id = group.json()["id"]
@@ -114,7 +120,10 @@ def test_an_idp_provisions_groups_deactivates_and_deletes_a_person_and_access_fo
     assert browser.get("/api/v1/tenants/acme-legal").status_code == 200
     off = idp.patch(
         f"/Users/{erin_id}",
-        json={"schemas": [PATCH_SCHEMA], "Operations": [{"op": "replace", "value": {"active": False}}]},
+        json={
+            "schemas": [PATCH_SCHEMA],
+            "Operations": [{"op": "replace", "value": {"active": False}}],
+        },
     )
     assert off.status_code == 200 and off.json()["active"] is False, off.text
     assert browser.get("/api/v1/tenants/acme-legal").status_code in (401, 403)
@@ -138,7 +147,9 @@ def test_an_idp_provisions_groups_deactivates_and_deletes_a_person_and_access_fo
 
 
 @pytest.mark.django_db(transaction=True)
-def test_scim_refuses_a_wrong_or_revoked_token_and_a_console_session(live_server_url, world) -> None:
+def test_scim_refuses_a_wrong_or_revoked_token_and_a_console_session(
+    live_server_url, world
+) -> None:
     assert _idp(live_server_url, "cpscim_wrong").get("/Users").status_code == 401
     assert httpx.get(f"{live_server_url}/scim/v2/Users").status_code == 401
     failure = AuditEvent.objects.filter(action="identity.scim.authenticate").latest("seq")
@@ -164,7 +175,9 @@ def test_scim_tokens_are_made_shown_once_stored_hashed_and_revoked_over_rest(api
     assert secret not in (row.digest, row.prefix) and len(row.digest) == 64
     listed = api.get("/api/v1/platform/scim-tokens").json()["results"]
     assert all("token" not in t for t in listed)
-    assert AuditEvent.objects.filter(action="identity.scim_token.create", target_id=str(row.pk)).exists()
+    assert AuditEvent.objects.filter(
+        action="identity.scim_token.create", target_id=str(row.pk)
+    ).exists()
     assert secret not in str(list(AuditEvent.objects.values_list("details", flat=True)))
     assert api.delete(f"/api/v1/platform/scim-tokens/{row.pk}").status_code == 204
     assert scim.scim_token_authenticate(secret) is None

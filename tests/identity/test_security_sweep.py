@@ -60,9 +60,7 @@ def test_a_read_only_viewer_sees_a_webhooks_host_but_not_its_token(api, budgeted
     assert row["webhook_url"] == HOOK
 
 
-def test_an_api_key_in_a_query_string_is_never_logged_or_audited(
-    api, budgeted, caplog
-) -> None:
+def test_an_api_key_in_a_query_string_is_never_logged_or_audited(api, budgeted, caplog) -> None:
     tenant, admin, _ = budgeted
     token = keys.api_key_create(actor=actor_for(admin), tenant=tenant, name="k").plaintext
     caplog.set_level(logging.DEBUG)

@@ -7,14 +7,13 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.outbound import url_redacted
-
 from billing.models import (
     Budget,
     BudgetAlert,
     BudgetPeriod,
 )
 from controlplane.display_text import display_text_validator
+from controlplane.outbound import url_redacted
 
 
 class BudgetPeriodOut(serializers.Serializer[BudgetPeriod]):
