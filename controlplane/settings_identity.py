@@ -66,7 +66,7 @@ DEFAULT_FROM_EMAIL = env_str("CACHEPLANE_EMAIL_FROM", "cacheplane@localhost")
 PASSWORD_RESET_TIMEOUT = env_int("CACHEPLANE_INVITE_LINK_SECONDS", 72 * 3600, minimum=300)
 
 # SCIM 2.0 provisioning (django-scim2, /scim/v2/): the IdP authenticates with a SCIM
-# token made by a platform admin (`cacheplane admin scim-token NAME`, console, REST);
+# token made by a platform admin (POST /api/v1/platform/scim-tokens, shown once);
 # identity.scim resolves it. Locations in SCIM answers use this public host.
 SCIM_SERVICE_PROVIDER = {
     "NETLOC": env_str("CACHEPLANE_SCIM_NETLOC", "localhost"),
