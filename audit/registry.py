@@ -61,6 +61,7 @@ AUDITED_MODELS: dict[str, AuditFields] = {
             "is_active",
             "is_staff",
             "is_superuser",
+            "removed_at",
         },
         sensitive={"password"},
         ignored={"id", "last_login", "date_joined"},
@@ -86,6 +87,10 @@ AUDITED_MODELS: dict[str, AuditFields] = {
     "identity.ExternalIdentity": _fields(
         {"principal", "issuer", "subject", "groups"},
         ignored={"id", "created_at", "last_login_at"},
+    ),
+    "identity.ScimGroup": _fields(
+        {"display_name", "external_id"},
+        ignored={"id", "created_at", "updated_at"},
     ),
     "caches.CacheObject": _fields(
         {

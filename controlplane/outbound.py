@@ -126,3 +126,20 @@ def post_pinned(
                 last_error = exc
     assert last_error is not None  # addresses is never empty
     raise last_error
+
+
+def url_redacted(url: str) -> str:
+    """What a reader without the right to change a webhook sees of its URL: the scheme and
+    host only. Receivers put their tokens in the path, the query or the user info
+    (``https://hooks.slack.com/services/T/B/secret``), so all three are dropped."""
+    from urllib.parse import urlsplit
+
+    if not url:
+        return ""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(hidden)"
+    return f"{parts.scheme}://{host}{port}/…" if parts.scheme and host else "(hidden)"

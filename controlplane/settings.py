@@ -96,6 +96,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # /scim/v2/: the SCIM token alone authenticates (identity.scim).
+    "identity.scim.ScimTokenMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
@@ -213,6 +215,8 @@ AXES_RESET_ON_SUCCESS = True
 # A fixed cool-off (not extended by attempts made while locked) keeps Retry-After true.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_CLIENT_IP_CALLABLE = "tenants.actor.client_ip"
+# Fits axes' 255-character column (a longer login name was a 500).
+AXES_USERNAME_CALLABLE = "identity.backends.axes_username"
 AXES_LOCKOUT_CALLABLE = "audit.http.login_lockout_response"
 AXES_VERBOSE = False
 # API keys: failed guesses counted per source IP in Redis (tenants.services.throttling).

@@ -161,4 +161,4 @@ CACHEPLANE_ROUTING_INDEX = env_choice(
 # WebSocket revocation bound: how often an open socket re-reads its credential and
 # re-decides access (tenants.access) — a logout, revoked key, removed binding or
 # suspension closes it within this many seconds.
-CACHEPLANE_WS_RECHECK_SECONDS = env_float("CACHEPLANE_WS_RECHECK_SECONDS", 5.0, minimum=0.05)
+CACHEPLANE_WS_RECHECK_SECONDS = env_float("CACHEPLANE_WS_RECHECK_SECONDS", 2.0, minimum=0.05)

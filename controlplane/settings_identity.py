@@ -64,3 +64,25 @@ DEFAULT_FROM_EMAIL = env_str("CACHEPLANE_EMAIL_FROM", "cacheplane@localhost")
 # Invitation and password-reset links: single use (the token covers the password hash and
 # last login) and valid this long.
 PASSWORD_RESET_TIMEOUT = env_int("CACHEPLANE_INVITE_LINK_SECONDS", 72 * 3600, minimum=300)
+
+# SCIM 2.0 provisioning (django-scim2, /scim/v2/): the IdP authenticates with a SCIM
+# token made by a platform admin (POST /api/v1/platform/scim-tokens, shown once);
+# identity.scim resolves it. Locations in SCIM answers use this public host.
+SCIM_SERVICE_PROVIDER = {
+    "NETLOC": env_str("CACHEPLANE_SCIM_NETLOC", "localhost"),
+    "SCHEME": env_str("CACHEPLANE_SCIM_SCHEME", "https"),
+    "USER_ADAPTER": "identity.scim.ScimUserAdapter",
+    "GROUP_MODEL": "identity.models.ScimGroup",
+    "GROUP_ADAPTER": "identity.scim.ScimGroupAdapter",
+    "USER_FILTER_PARSER": "identity.scim_filters.UserFilter",
+    "GROUP_FILTER_PARSER": "identity.scim_filters.GroupFilter",
+    "GET_EXTRA_MODEL_FILTER_KWARGS_GETTER": "identity.scim.extra_filter_kwargs",
+    "AUTHENTICATION_SCHEMES": [
+        {
+            "type": "oauthbearertoken",
+            "name": "SCIM bearer token",
+            "description": "A token made by a platform admin (docs/identity.md#scim).",
+        }
+    ],
+    "WWW_AUTHENTICATE_HEADER": 'Bearer realm="cacheplane-scim"',
+}

@@ -14,6 +14,8 @@ urlpatterns = [
     path("metrics", metrics.metrics_view, name="prometheus-metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("controlplane.api.urls")),
+    # SCIM 2.0 provisioning by the IdP (django-scim2; identity.scim authenticates).
+    path("scim/v2/", include("django_scim.urls", namespace="scim")),
     path("", include("frontend.urls")),
 ]
 

@@ -15,6 +15,7 @@ from frontend import (
     views_limits,
     views_login,
     views_manage,
+    views_people,
     views_platform,
 )
 
@@ -68,6 +69,27 @@ urlpatterns = [
     ),
     path("platform/people/new", views_platform.human_create, name="console-human-create"),
     path("platform/sso/", views_identity.sso_page, name="console-sso"),
+    path("platform/invitations/", views_people.invitations_page, name="console-invitations"),
+    path(
+        "platform/invitations/new",
+        views_people.invitation_create,
+        name="console-invitation-create",
+    ),
+    path(
+        "platform/invitations/<str:invitation_id>/revoke",
+        views_people.invitation_revoke,
+        name="console-invitation-revoke",
+    ),
+    path(
+        "platform/people/<str:principal_id>/sessions/",
+        views_people.person_sessions_page,
+        name="console-person-sessions",
+    ),
+    path(
+        "platform/people/<str:principal_id>/sessions/<str:session_id>/end",
+        views_people.person_session_end,
+        name="console-person-session-end",
+    ),
     path(
         "platform/people/<str:principal_id>/<str:verb>",
         views_identity.person_action,

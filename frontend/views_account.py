@@ -107,8 +107,11 @@ class PasswordResetConfirm(_PasswordsOn, auth_views.PasswordResetConfirmView):
         return response
 
     def form_valid(self, form: Any) -> HttpResponse:
+        from identity.services.invitations import invitation_accepted
+
         response: HttpResponse = super().form_valid(form)
         _record(self.request, "identity.principal.password_reset", str(form.user.pk))
+        invitation_accepted(actor=Actor.from_request(self.request), principal=form.user)
         return response
 
 

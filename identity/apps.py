@@ -8,3 +8,7 @@ class IdentityConfig(AppConfig):
 
     name = "identity"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Registers the user_logged_in receiver that records a session's facts.
+        from identity.services import sessions  # noqa: F401

@@ -44,3 +44,17 @@ class SsoSessionBackend(ModelBackend):
 
 
 SSO_BACKEND = "identity.backends.SsoSessionBackend"
+
+
+def axes_username(request: HttpRequest | None, credentials: dict[str, Any] | None) -> str:
+    """The user name django-axes records and locks on, cut to its 255-character column.
+
+    Django's login form does not enforce its 150-character limit on what it passes to
+    ``authenticate``, so a longer name reached axes' ``AccessAttempt.username`` and the
+    insert failed (a 500). No principal's name is longer than 150, so the cut never
+    merges two real accounts.
+    """
+    username = (credentials or {}).get("username")
+    if username is None and request is not None:
+        username = request.POST.get("username", "")
+    return str(username or "")[:255]

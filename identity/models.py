@@ -84,3 +84,65 @@ class MappedBinding(models.Model):
 
     def __str__(self) -> str:
         return f"{self.principal_id} -> {self.role_id} @ {self.tenant_id} (idp)"
+
+
+class ScimToken(models.Model):
+    """The bearer token an IdP's SCIM client presents (only its SHA-256 digest is kept)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="The non-secret start, for display.")
+    digest = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(Principal, null=True, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class ScimGroup(models.Model):
+    """A group the IdP provisions over SCIM; its ``display_name`` is what group mappings
+    match (the same names the OIDC groups claim carries)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    display_name = models.CharField(max_length=255, unique=True)
+    external_id = models.CharField(max_length=255, blank=True, default="")
+    members = models.ManyToManyField(Principal, related_name="scim_groups", blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["display_name"]
+
+    def __str__(self) -> str:
+        return self.display_name
+
+
+class Invitation(models.Model):
+    """A pending invitation: the person exists without a password until they accept.
+
+    The link's token is Django's password-reset token for the invited principal (single
+    use: it covers the password hash; expiring: ``PASSWORD_RESET_TIMEOUT``). Revoking
+    gives the principal a fresh unusable password, which voids the token.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    principal = models.OneToOneField(Principal, on_delete=models.PROTECT, related_name="invitation")
+    email = models.EmailField(max_length=254)
+    roles = models.JSONField(default=list, blank=True, help_text="[[tenant slug, role], ...]")
+    created_by = models.ForeignKey(Principal, null=True, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"invitation of {self.principal_id}"

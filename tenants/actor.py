@@ -21,6 +21,8 @@ class AuthMethod:
     #: The IdP group mapping reconciling a principal's bindings at its login: grants a
     #: platform admin authorized when creating the mapping (see identity.services).
     IDP_MAPPING = "idp_mapping"
+    #: The IdP's SCIM client (``key_id`` names the SCIM token it presented).
+    SCIM = "scim"
     ANONYMOUS = "anonymous"
 
 

@@ -120,7 +120,8 @@ def api_key_authenticate_at(
 
     try:
         if not throttled:
-            return api_key_authenticate(token)
+            # A re-check reads the database, never the key cache (see api_key_authenticate).
+            return api_key_authenticate(token, fresh=True)
         return api_key_authenticate_throttled(
             token=token, source_ip=source.ip, user_agent=source.user_agent
         )

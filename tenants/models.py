@@ -89,6 +89,9 @@ class Principal(AbstractUser):
         help_text="Owning tenant; set for service accounts only.",
     )
     description = models.CharField(max_length=500, blank=True)
+    # Set when a person is removed (console, REST or SCIM DELETE): the row stays for the
+    # audit history, disabled and without bindings; SCIM no longer lists it.
+    removed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

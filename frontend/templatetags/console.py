@@ -122,3 +122,11 @@ def error_items(errors: object) -> list[dict[str, str]]:
                 }
             )
     return items
+
+
+@register.filter(name="url_redacted")
+def url_redacted_filter(value: object) -> str:
+    """A webhook URL as a reader without budgets.update sees it (scheme and host)."""
+    from controlplane.outbound import url_redacted
+
+    return url_redacted(str(value or ""))

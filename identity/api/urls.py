@@ -19,8 +19,33 @@ urlpatterns = [
     ),
     path(
         "platform/invitations",
-        views.InvitationViewSet.as_view({"post": "create"}),
+        views.InvitationViewSet.as_view({"get": "list", "post": "create"}),
         name="platform-invitation-list",
+    ),
+    path(
+        "platform/invitations/<uuid:pk>/revoke",
+        views.InvitationViewSet.as_view({"post": "revoke"}),
+        name="platform-invitation-revoke",
+    ),
+    path(
+        "platform/principals/<uuid:pk>/sessions",
+        views.PersonSessionViewSet.as_view({"get": "list"}),
+        name="platform-principal-sessions",
+    ),
+    path(
+        "platform/principals/<uuid:pk>/sessions/<str:session_id>",
+        views.PersonSessionViewSet.as_view({"delete": "destroy"}),
+        name="platform-principal-session",
+    ),
+    path(
+        "platform/scim-tokens",
+        views.ScimTokenViewSet.as_view({"get": "list", "post": "create"}),
+        name="platform-scim-token-list",
+    ),
+    path(
+        "platform/scim-tokens/<uuid:pk>",
+        views.ScimTokenViewSet.as_view({"delete": "destroy"}),
+        name="platform-scim-token-detail",
     ),
     *(
         path(

@@ -13,8 +13,8 @@ from controlplane.api.tenancy import PlatformMixin
 from controlplane.api.validation import validated
 from controlplane.errors import NotFound
 from identity.api import serializers as s
-from identity.models import GroupMapping
-from identity.services import mappings, people
+from identity.models import GroupMapping, Invitation, ScimToken
+from identity.services import invitations, mappings, people, scim, sessions
 from tenants.errors import TenantNotFound
 from tenants.models import Principal, PrincipalKind, Tenant
 
@@ -108,20 +108,95 @@ class PersonLifecycleViewSet(PlatformMixin, viewsets.GenericViewSet[Principal]):
 
 
 @extend_schema(tags=["platform"])
-class InvitationViewSet(PlatformMixin, viewsets.GenericViewSet[Principal]):
-    """Invite a person by e-mail: a single-use, expiring link to choose a password."""
+class InvitationViewSet(PlatformMixin, viewsets.GenericViewSet[Invitation]):
+    """Invite a person by e-mail (a single-use, expiring link to choose a password, and
+    optional roles); list and revoke pending invitations."""
 
     audit_entity = "identity.invitation"
-    action_permissions = {"create": "tenants.manage"}
-    serializer_class = s.PersonOut
+    action_permissions = {
+        "list": "tenants.list",
+        "create": "tenants.manage",
+        "revoke": "tenants.manage",
+    }
+    serializer_class = s.InvitationOut
+    pagination_class = _ByCreated
 
-    @extend_schema(request=s.InvitationInput, responses={201: s.PersonOut})
+    def get_queryset(self) -> QuerySet[Invitation]:
+        return invitations.invitation_list_pending()
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(s.InvitationOut(page, many=True).data)
+
+    @extend_schema(request=s.InvitationInput, responses={201: s.InvitationOut})
     def create(self, request: Request) -> Response:
         data = validated(s.InvitationInput, request.data)
-        person = people.person_invite(
+        invitation = invitations.invitation_create(
             actor=self.actor(),
             username=data["username"],
             email=data["email"],
+            roles=[(g["tenant"], g["role"]) for g in data.get("roles") or []],
             set_password_url=request.build_absolute_uri("/reset/") + "{uid}/{token}/",
         )
-        return Response(s.PersonOut(person).data, status=status.HTTP_201_CREATED)
+        return Response(s.InvitationOut(invitation).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: s.InvitationOut})
+    def revoke(self, request: Request, pk: str) -> Response:
+        invitation = invitations.invitation_revoke(actor=self.actor(), invitation_id=pk)
+        return Response(s.InvitationOut(invitation).data)
+
+
+@extend_schema(tags=["platform"])
+class PersonSessionViewSet(PlatformMixin, viewsets.GenericViewSet[Principal]):
+    """A person's console sessions: list them, end one (sign out everywhere is
+    ``POST .../sign-out``)."""
+
+    audit_entity = "identity.principal.session"
+    action_permissions = {"list": "tenants.list", "destroy": "tenants.manage"}
+    serializer_class = s.SessionOut
+    pagination_class = None
+
+    @extend_schema(responses={200: s.SessionOut(many=True)})
+    def list(self, request: Request, pk: str) -> Response:
+        rows = sessions.person_session_list(
+            principal=_person(pk), current_key=request.session.session_key
+        )
+        return Response([s.SessionOut(row.__dict__).data for row in rows])
+
+    @extend_schema(responses={204: OpenApiResponse(description="Signed out.")})
+    def destroy(self, request: Request, pk: str, session_id: str) -> Response:
+        sessions.person_session_end(actor=self.actor(), principal=_person(pk), session=session_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema(tags=["platform"])
+class ScimTokenViewSet(PlatformMixin, viewsets.GenericViewSet[ScimToken]):
+    """The bearer tokens an IdP's SCIM client uses (``/scim/v2/``); shown once."""
+
+    audit_entity = "identity.scim_token"
+    action_permissions = {
+        "list": "tenants.list",
+        "create": "tenants.manage",
+        "destroy": "tenants.manage",
+    }
+    serializer_class = s.ScimTokenOut
+    pagination_class = _ByCreated
+
+    def get_queryset(self) -> QuerySet[ScimToken]:
+        return ScimToken.objects.all()
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(s.ScimTokenOut(page, many=True).data)
+
+    @extend_schema(request=s.ScimTokenInput, responses={201: s.ScimTokenCreatedOut})
+    def create(self, request: Request) -> Response:
+        data = validated(s.ScimTokenInput, request.data)
+        issued = scim.scim_token_create(actor=self.actor(), name=data["name"])
+        out = {**s.ScimTokenOut(issued.token).data, "token": issued.plaintext}
+        return Response(out, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={204: OpenApiResponse(description="Revoked.")})
+    def destroy(self, request: Request, pk: str) -> Response:
+        scim.scim_token_revoke(actor=self.actor(), token_id=pk)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -12,6 +12,7 @@ mapping's own grants).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
@@ -105,6 +106,14 @@ class Reconciled:
     removed: tuple[tuple[str, str], ...]
 
 
+def principal_groups(principal: Principal, asserted: Iterable[str] = ()) -> list[str]:
+    """The groups that drive ``principal``'s mapped bindings: those the IdP asserted in
+    its last ID token plus its SCIM groups (``identity.services.scim``)."""
+    names = set(asserted)
+    names.update(principal.scim_groups.values_list("display_name", flat=True))
+    return sorted(names)
+
+
 def idp_mapping_actor(*, principal: Principal, source_ip: str | None, user_agent: str) -> Actor:
     """The actor of the mapping's changes: no principal, the IdP mapping as the method."""
     return Actor(
@@ -116,7 +125,12 @@ def idp_mapping_actor(*, principal: Principal, source_ip: str | None, user_agent
 
 
 def bindings_reconcile(
-    *, principal: Principal, groups: list[str], source_ip: str | None = None, user_agent: str = ""
+    *,
+    principal: Principal,
+    groups: list[str],
+    source_ip: str | None = None,
+    user_agent: str = "",
+    actor: Actor | None = None,
 ) -> Reconciled:
     """Make ``principal``'s mapped bindings equal what ``groups`` map to (see the module).
 
@@ -136,7 +150,10 @@ def bindings_reconcile(
     for row in MappedBinding.objects.filter(principal=principal).select_related("tenant", "role"):
         granted.setdefault(str(row.tenant_id), set()).add(row.role.name)
         tenants[str(row.tenant_id)] = row.tenant
-    actor = idp_mapping_actor(principal=principal, source_ip=source_ip, user_agent=user_agent)
+    # A SCIM call passes its own actor (the IdP's token); a login is the mapping's.
+    actor = actor or idp_mapping_actor(
+        principal=principal, source_ip=source_ip, user_agent=user_agent
+    )
     added: list[tuple[str, str]] = []
     removed: list[tuple[str, str]] = []
     for tenant_id, tenant in sorted(tenants.items(), key=lambda item: item[1].slug):

@@ -28,7 +28,7 @@ from audit.services.denials import audit_denial
 from audit.snapshot import EMPTY, diff, model_snapshot
 from controlplane.errors import DomainError
 from identity.models import ExternalIdentity
-from identity.services.mappings import Reconciled, bindings_reconcile
+from identity.services.mappings import Reconciled, bindings_reconcile, principal_groups
 from tenants.actor import Actor, AuthMethod
 from tenants.models import Principal, PrincipalKind
 from tenants.services.authorization import principal_permissions_forget
@@ -243,7 +243,10 @@ def sso_login(*, claims: dict[str, Any], source_ip: str | None, user_agent: str)
     if not principal.is_active:
         raise refuse("principal_disabled", "Your account is disabled here.", principal)
     reconciled = bindings_reconcile(
-        principal=principal, groups=groups, source_ip=source_ip, user_agent=user_agent
+        principal=principal,
+        groups=principal_groups(principal, groups),
+        source_ip=source_ip,
+        user_agent=user_agent,
     )
     principal_permissions_forget(principal)
     if not principal.bindings.exists():

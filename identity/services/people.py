@@ -128,6 +128,7 @@ def person_remove(*, actor: Actor, principal: Principal) -> Principal:
         )
         RoleBinding.objects.filter(principal=principal, tenant__isnull=True).delete()
         MappedBinding.objects.filter(principal=principal).delete()
+        Principal.objects.filter(pk=principal.pk).update(removed_at=timezone.now())
         ExternalIdentity.objects.filter(principal=principal).update(groups=[])
         audit_record(
             actor=actor,
@@ -167,47 +168,3 @@ def person_password_reset(
             details={"generated": password is None},
         )
     return principal, chosen
-
-
-def person_invite(*, actor: Actor, username: str, email: str, set_password_url: str) -> Principal:
-    """Create a person with no password and mail them a link to choose one.
-
-    The link is Django's password-reset token (``default_token_generator``): single use
-    (it covers the password hash and the last login, both change once used) and expiring
-    (``PASSWORD_RESET_TIMEOUT``). ``set_password_url`` is the absolute URL with
-    ``{uid}`` and ``{token}`` placeholders. Audited ``identity.principal.invite``; the mail
-    leaves after commit. Raises DuplicateName.
-    """
-    from django.contrib.auth.tokens import default_token_generator
-    from django.core.mail import send_mail
-    from django.utils.encoding import force_bytes
-    from django.utils.http import urlsafe_base64_encode
-
-    from tenants.services.tenants import human_principal_create
-
-    with transaction.atomic():
-        principal = human_principal_create(
-            actor=actor, username=username, password=None, email=email
-        )
-        audit_record(
-            actor=actor,
-            action="identity.principal.invite",
-            tenant=None,
-            target_type="principal",
-            target_id=str(principal.pk),
-            details={"email": email[:254]},
-        )
-        link = set_password_url.format(
-            uid=urlsafe_base64_encode(force_bytes(principal.pk)),
-            token=default_token_generator.make_token(principal),
-        )
-        transaction.on_commit(
-            lambda: send_mail(
-                "You are invited to Cacheplane",
-                f"Choose your password to sign in as {username}: {link}\n"
-                "The link works once and expires.",
-                None,
-                [email],
-            )
-        )
-    return principal

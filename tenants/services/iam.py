@@ -129,10 +129,11 @@ def _principal_in_tenant(*, tenant: Tenant, principal_id: str) -> Principal:
 def require_held_permissions(
     *, actor: Actor, tenant: Tenant, permissions: set[str], what: str
 ) -> None:
-    if actor.auth_method == AuthMethod.IDP_MAPPING and actor.principal is None:
-        # The IdP mapping applies rules a platform admin made (creating a mapping needs
-        # tenants.manage, and platform.admin holds every tenant permission): the
-        # escalation check happened then, against that admin.
+    if actor.auth_method in (AuthMethod.IDP_MAPPING, AuthMethod.SCIM) and actor.principal is None:
+        # The IdP mapping (at a login or a SCIM membership change) applies rules a
+        # platform admin made (creating a mapping needs tenants.manage, and
+        # platform.admin holds every tenant permission): the escalation check happened
+        # then, against that admin.
         return
     held = principal_permissions(principal=actor.principal, tenant=tenant)
     missing = sorted(permissions - held)

@@ -142,8 +142,12 @@ def api_key_cached(token: str) -> AuthenticatedKey | None:
     return cached if cached is not None and _still_valid(cached) else None
 
 
-def api_key_authenticate(token: str) -> AuthenticatedKey:
+def api_key_authenticate(token: str, *, fresh: bool = False) -> AuthenticatedKey:
     """Resolve a bearer token or raise ApiKeyRejected with a stable code.
+
+    ``fresh`` skips this process's key cache (a periodic re-check of a long-lived
+    connection: reading a cached answer there would add the cache's age to the
+    revocation bound).
 
     Codes: ``invalid_api_key`` (malformed or unknown), ``api_key_revoked``,
     ``api_key_expired``, ``principal_disabled``, ``tenant_suspended``.
@@ -151,7 +155,7 @@ def api_key_authenticate(token: str) -> AuthenticatedKey:
     if not key_is_well_formed(token):
         raise ApiKeyRejected("invalid_api_key", "The API key is malformed.")
     digest = key_digest(token)
-    cached = key_cache.get(digest)
+    cached = None if fresh else key_cache.get(digest)
     if cached is not None and _still_valid(cached):
         return cached
     # all_tenants: a key is found by digest before its tenant is known

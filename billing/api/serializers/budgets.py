@@ -13,6 +13,7 @@ from billing.models import (
     BudgetPeriod,
 )
 from controlplane.display_text import display_text_validator
+from controlplane.outbound import url_redacted
 
 
 class BudgetPeriodOut(serializers.Serializer[BudgetPeriod]):
@@ -54,6 +55,13 @@ class BudgetOut(serializers.ModelSerializer[Budget]):
             "current_period",
         ]
         read_only_fields = fields
+
+    def to_representation(self, instance: Budget) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        if not self.context.get("reveal_webhook"):
+            # Readers without budgets.update see the scheme and host only.
+            data["webhook_url"] = url_redacted(data.get("webhook_url") or "")
+        return data
 
     @extend_schema_field(BudgetPeriodOut(allow_null=True))
     def get_current_period(self, budget: Budget) -> dict[str, Any] | None:

@@ -48,7 +48,11 @@ class BudgetViewSet(TenantScopedMixin, viewsets.GenericViewSet[Budget]):
     ) -> object:
         items = budgets if isinstance(budgets, list) else [budgets]
         figures = selectors.budget_figures(tenant=self.tenant, budgets=items, at=timezone.now())
-        return serializer_class(budgets, many=many, context={"figures": figures}).data
+        # Only writers see a webhook's full URL (receivers' tokens live in it).
+        reveal = "budgets.update" in getattr(self, "held", frozenset())
+        return serializer_class(
+            budgets, many=many, context={"figures": figures, "reveal_webhook": reveal}
+        ).data
 
     def _budget(self, pk: str) -> Budget:
         budget = selectors.budget_get(tenant=self.tenant, budget_id=_uuid(pk))
