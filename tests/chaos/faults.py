@@ -31,6 +31,9 @@ from tests.caches.processes import REPO, stop_process, wait_for
 from tests.chaos.stack import ChaosStack
 
 MODEL = "test/ref-tiny"
+#: Enough for one create to be in flight when the Celery child dies; each more would
+#: only queue behind the beat's tasks on the busy machine.
+CREATES_PER_FAULT = 3
 # The tiny model of tests/workers/engine/support.py, as command-line flags.
 TINY_FLAGS = (
     "--num-layers=2 --hidden-size=64 --num-heads=4 --num-kv-heads=2 --head-dim=16 "
@@ -92,6 +95,16 @@ def start_prefork_worker(stack: ChaosStack, name: str) -> subprocess.Popen:
         stdout=log,
         stderr=subprocess.STDOUT,
     )
+
+
+def faults_queue_length(stack: ChaosStack) -> int:
+    """Messages waiting on the stack's Celery queue."""
+    assert stack.redis is not None
+    client = redis.Redis.from_url(stack.redis.url, socket_timeout=2)
+    try:
+        return int(client.llen(os.environ.get("CACHEPLANE_TASK_QUEUE", "cacheplane")))
+    finally:
+        client.close()
 
 
 def pool_children(parent: int) -> list[int]:
@@ -262,7 +275,7 @@ class Load:
     def _create_caches(self) -> None:
         base = f"/api/v1/tenants/{self.stack.seed['tenant']}/caches"
         n = 0
-        while not self.stop.is_set():
+        while not self.stop.is_set() and n < CREATES_PER_FAULT:
             n += 1
             body = {
                 "name": f"{self.phase}-{n}",
@@ -275,7 +288,7 @@ class Load:
             created = self._rest("POST", base, json=body, headers=key)
             if created is not None and created.status_code in (200, 202):
                 self.accepted_caches.append(created.json()["cache"])
-            self.stop.wait(0.5)  # a client's pace between creates
+            self.stop.wait(1)  # a client's pace between creates
 
     def _answer(
         self, request_id: str, plane: str, started: float, ok: bool, status: str, *, cut=False
