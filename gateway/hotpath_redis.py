@@ -18,6 +18,7 @@ import hiredis
 import redis.asyncio as aioredis
 from django.conf import settings
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.typing import EncodableT
 
 
@@ -34,6 +35,17 @@ class HiredisPackedConnection(aioredis.Connection):
             args = (*command.split(), *args[1:])
         # hiredis's stub types the argument as a one-element tuple; it takes any length.
         return [hiredis.pack_command(args)]  # type: ignore[arg-type]
+
+    async def check_health(self) -> None:
+        """PING a connection idle for ``HEALTH_CHECK_SECONDS`` before using it; if the
+        PING fails (Redis restarted since: every pooled connection is dead), connect
+        again instead of failing the request. Only the PING is repeated, never a script
+        (a hold must not be taken twice)."""
+        try:
+            await super().check_health()  # type: ignore[no-untyped-call]
+        except (RedisConnectionError, OSError):
+            await self.disconnect()
+            await self.connect()  # type: ignore[no-untyped-call]
 
 
 Item = TypeVar("Item")
@@ -57,6 +69,11 @@ def client() -> aioredis.Redis:
     return entry[1]
 
 
+#: A pooled connection idle this long is checked before use (see ``check_health``):
+#: shorter than a Redis restart, longer than the gap between requests under load.
+HEALTH_CHECK_SECONDS = 1.0
+
+
 def connection_pool(url: str, *, timeout: float = 10.0) -> aioredis.BlockingConnectionPool:
     """A bounded, blocking pool with hiredis packing: a burst of requests waits for one
     of a few connections instead of opening hundreds at once (which is what times out).
@@ -70,6 +87,7 @@ def connection_pool(url: str, *, timeout: float = 10.0) -> aioredis.BlockingConn
         timeout=timeout,
         socket_connect_timeout=timeout,
         socket_timeout=timeout,
+        health_check_interval=HEALTH_CHECK_SECONDS,
         **options,
     )
 
