@@ -15,6 +15,7 @@ import hiredis
 import redis
 import redis.asyncio as aioredis
 from django.conf import settings
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.typing import EncodableT
 
 from controlplane.loop_local import LoopLocal
@@ -42,6 +43,22 @@ class HiredisPackedConnection(aioredis.Connection):
         # hiredis's stub types the argument as a one-element tuple; it takes any length.
         return [hiredis.pack_command(args)]  # type: ignore[arg-type]
 
+    async def check_health(self) -> None:
+        """PING a connection idle for ``HEALTH_CHECK_SECONDS`` before using it; if the
+        PING fails (Redis restarted since: every pooled connection is dead), connect
+        again instead of failing the request. Only the PING is repeated, never a script
+        (a hold must not be taken twice)."""
+        try:
+            await super().check_health()  # type: ignore[no-untyped-call]
+        except (RedisConnectionError, OSError):
+            await self.disconnect()
+            await self.connect()  # type: ignore[no-untyped-call]
+
+
+#: A pooled connection idle this long is checked before use (see ``check_health``):
+#: shorter than a Redis restart, longer than the gap between requests under load.
+HEALTH_CHECK_SECONDS = 1.0
+
 
 def connection_pool(url: str, *, timeout: float = 10.0) -> aioredis.BlockingConnectionPool:
     """A bounded, blocking pool with hiredis packing: a burst of requests waits for one
@@ -56,6 +73,7 @@ def connection_pool(url: str, *, timeout: float = 10.0) -> aioredis.BlockingConn
         timeout=timeout,
         socket_connect_timeout=timeout,
         socket_timeout=timeout,
+        health_check_interval=HEALTH_CHECK_SECONDS,
         **options,
     )
 

@@ -11,7 +11,7 @@ import json
 import sys
 
 
-def main(worker_url: str, model: str) -> None:
+def main(worker_url: str, model: str, *extra: str) -> None:
     import django
 
     django.setup()
@@ -30,17 +30,37 @@ def main(worker_url: str, model: str) -> None:
         actor=actor_for(admin), tenant=tenant, name="gw", principal=service_account
     )
     worker_register(actor=Actor.cli(), name="chaos-w0", base_url=worker_url, model=model)
-    print(
-        json.dumps(
-            {
-                "tenant": tenant.slug,
-                "tenant_id": str(tenant.pk),
-                "rest_key": rest_key.plaintext,
-                "gateway_key": gateway_key.plaintext,
-            }
-        )
+    seeded = {
+        "tenant": tenant.slug,
+        "tenant_id": str(tenant.pk),
+        "rest_key": rest_key.plaintext,
+        "gateway_key": gateway_key.plaintext,
+        "principal_id": str(service_account.pk),
+    }
+    if "--budget" in extra:
+        seeded["budget_id"] = _budget(admin, tenant, service_account)
+    print(json.dumps(seeded))
+
+
+def _budget(admin, tenant, service_account) -> str:
+    """A hard budget on the gateway's service account over a priced pool (every decoded
+    token 1 µ$), so each gateway request takes a hold and settles it."""
+    from billing.services.budgets import budget_create
+    from tests.factories import actor_for
+    from tests.gateway.support import price_pool_decode_only
+
+    price_pool_decode_only(decode_tokens_per_second="1000")
+    budget = budget_create(
+        actor=actor_for(admin),
+        tenant=tenant,
+        name="faults",
+        period="month",
+        limit_micros=10**12,
+        hard_limit=True,
+        principal_id=str(service_account.pk),
     )
+    return str(budget.pk)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

@@ -7,11 +7,15 @@ as real processes. The test restarts PostgreSQL and Redis and kill -9s workers u
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,7 +66,7 @@ class ChaosStack:
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    def start(self, *, worker_url: str, model: str) -> None:
+    def start(self, *, worker_url: str, model: str, seed_flags: tuple[str, ...] = ()) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         self.postgres = EmbeddedPostgres(self.root / "postgres")
         self.postgres.start()
@@ -77,7 +81,7 @@ class ChaosStack:
             timeout=120,
         )
         out = subprocess.run(
-            [sys.executable, "-m", "tests.chaos.seed", worker_url, model],
+            [sys.executable, "-m", "tests.chaos.seed", worker_url, model, *seed_flags],
             cwd=REPO,
             env=self.env(),
             check=True,
@@ -186,3 +190,23 @@ class ChaosStack:
             self.redis.stop()
         if self.postgres is not None:
             self.postgres.stop()
+
+
+@contextlib.contextmanager
+def chaos_root() -> Iterator[Path]:
+    """A folder the embedded PostgreSQL's unprivileged user can reach (pytest's tmp_path is
+    private to root), like the session's own embedded servers; its logs are kept in
+    ``CACHEPLANE_CHAOS_KEEP_LOGS`` when that is set."""
+    base = REPO / ".cacheplane" / "test-runs"
+    base.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(dir=base, prefix="chaos-"))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        if os.environ.get("CACHEPLANE_CHAOS_KEEP_LOGS"):
+            keep = Path(os.environ["CACHEPLANE_CHAOS_KEEP_LOGS"])
+            keep.mkdir(parents=True, exist_ok=True)
+            for log in root.glob("*.log"):
+                shutil.copy(log, keep / log.name)
+        shutil.rmtree(root, ignore_errors=True)

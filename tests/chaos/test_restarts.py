@@ -19,9 +19,6 @@ session's servers.
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -32,8 +29,8 @@ import pytest
 
 from caches.providers.vertex_emulator.launcher import running_vertex_emulator
 from tests.caches.conftest import big_content
-from tests.caches.processes import REPO, wait_for
-from tests.chaos.stack import ChaosStack
+from tests.caches.processes import wait_for
+from tests.chaos.stack import ChaosStack, chaos_root
 from tests.workers.engine.support import tiny_config
 from workers.engine.launcher import serve
 
@@ -154,19 +151,8 @@ class Traffic:
 
 @pytest.fixture
 def stack_root():
-    """A folder the embedded PostgreSQL's unprivileged user can reach (pytest's tmp_path is
-    private to root), like the session's own embedded servers."""
-    base = REPO / ".cacheplane" / "test-runs"
-    base.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(dir=base, prefix="chaos-"))
-    root.chmod(0o755)
-    yield root
-    if os.environ.get("CACHEPLANE_CHAOS_KEEP_LOGS"):
-        keep = Path(os.environ["CACHEPLANE_CHAOS_KEEP_LOGS"])
-        keep.mkdir(parents=True, exist_ok=True)
-        for log in root.glob("*.log"):
-            shutil.copy(log, keep / log.name)
-    shutil.rmtree(root, ignore_errors=True)
+    with chaos_root() as root:
+        yield root
 
 
 def test_kill_9_and_restarts_under_load_lose_nothing_and_leave_nothing_stuck(
