@@ -22,10 +22,12 @@ for i = 0, periods - 1 do
   end
   if redis.call('EXISTS', h) == 0 then return {-1, i} end
   if redis.call('HEXISTS', a, hold) == 1 then return {2} end
-  local v = redis.call('HMGET', h, 'hard', 'limit', 'spent', 'reserved', 'pg_reserved')
-  local used = tonumber(v[3] or '0') + tonumber(v[4] or '0') + tonumber(v[5] or '0')
+  local v = redis.call('HMGET', h, 'hard', 'limit', 'spent_nanos', 'reserved', 'pg_reserved')
+  -- spent is exact nano-USD; the limit check counts a started micro-dollar as spent.
+  local spent = math.floor((tonumber(v[3] or '0') + 999) / 1000)
+  local used = spent + tonumber(v[4] or '0') + tonumber(v[5] or '0')
   if v[1] == '1' and used + amount > tonumber(v[2]) then
-    return {0, i, v[2], v[3] or '0', v[4] or '0', v[5] or '0'}
+    return {0, i, v[2], spent, v[4] or '0', v[5] or '0'}
   end
 end
 for i = 0, periods - 1 do
@@ -37,7 +39,10 @@ return {1}
 """
 
 #: KEYS: per period (hash, holds, amounts), then the done marker, then the settle queue.
-#: ARGV: hold id, actual, message (empty: a release, nothing to book), marker ttl (s).
+#: ARGV: hold id, actual µ$, message (empty: a release, nothing to book), marker ttl (s),
+#: pending expiry (ms). Settling spends nothing: the hold is cut to the actual cost and
+#: stays, pending, until the ledger books the request (``BOOK_SCRIPT`` drops it then),
+#: so the next admission sees the cost before and after the ledger has it, never twice.
 SETTLE_SCRIPT = """
 local hold, actual = ARGV[1], tonumber(ARGV[2])
 local n = #KEYS
@@ -52,9 +57,36 @@ for i = 0, (n - 2) / 3 - 1 do
     redis.call('HDEL', a, hold)
     redis.call('ZREM', z, hold)
   end
-  if actual > 0 then redis.call('HINCRBY', h, 'spent', actual) end
+  if actual > 0 and redis.call('EXISTS', h) == 1 then
+    redis.call('HINCRBY', h, 'reserved', actual)
+    redis.call('HSET', a, hold, actual)
+    redis.call('ZADD', z, ARGV[5], hold)
+  end
 end
 if ARGV[3] ~= '' then redis.call('RPUSH', KEYS[n], ARGV[3]) end
+return 1
+"""
+
+#: KEYS: hash, holds, amounts of one period, then one done marker per hold id.
+#: ARGV: exact nanos booked (a decimal string; may be negative), marker ttl (s), then the
+#: hold ids of the booked requests. Drops those holds (pending or still held: a settle
+#: arriving later finds its marker and does nothing) and adds the nanos to
+#: ``spent_nanos`` of a loaded period (an unloaded one is seeded from PostgreSQL).
+BOOK_SCRIPT = """
+local h, z, a = KEYS[1], KEYS[2], KEYS[3]
+local loaded = redis.call('EXISTS', h) == 1
+for j = 3, #ARGV do
+  local id = ARGV[j]
+  redis.call('SET', KEYS[j + 1], '1', 'NX', 'EX', tonumber(ARGV[2]))
+  local amount = redis.call('HGET', a, id)
+  if amount then
+    if loaded then redis.call('HINCRBY', h, 'reserved', -tonumber(amount)) end
+    redis.call('HDEL', a, id)
+    redis.call('ZREM', z, id)
+  end
+end
+if not loaded then return 0 end
+redis.call('HINCRBY', h, 'spent_nanos', ARGV[1])
 return 1
 """
 
@@ -69,11 +101,11 @@ end
 return #stale
 """
 
-#: KEYS: hash of one period. ARGV: a spend delta (may be negative). Applied only to a
-#: loaded hash: an unloaded one is seeded from PostgreSQL on its next load anyway.
+#: KEYS: hash of one period. ARGV: a spend delta in nanos (may be negative). Applied only
+#: to a loaded hash: an unloaded one is seeded from PostgreSQL on its next load anyway.
 ADJUST_SCRIPT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HINCRBY', KEYS[1], 'spent', tonumber(ARGV[1]))
+redis.call('HINCRBY', KEYS[1], 'spent_nanos', ARGV[1])
 return 1
 """
 

@@ -2,7 +2,9 @@
 PostgreSQL in batches (``flush``; the algorithm is described there). Every name callers
 use is importable from here, as before the split."""
 
+from billing.services.usage.booking import book_cost
 from billing.services.usage.creation import cache_creation_record
+from billing.services.usage.estimates import usage_estimate_correct
 from billing.services.usage.flush import (
     ROLLUP_LOCK,
     FlushResult,
@@ -29,6 +31,7 @@ __all__ = [
     "_CLAIM_SCRIPT",
     "FlushResult",
     "_keys",
+    "book_cost",
     "cache_creation_record",
     "micros_sql",
     "price_row",
@@ -39,5 +42,6 @@ __all__ = [
     "usage_queue_append",
     "usage_record",
     "usage_record_many",
+    "usage_estimate_correct",
     "usage_write_direct",
 ]
