@@ -23,8 +23,12 @@ for i = 0, periods - 1 do
   if redis.call('EXISTS', h) == 0 then return {-1, i} end
   if redis.call('HEXISTS', a, hold) == 1 then return {2} end
   local v = redis.call('HMGET', h, 'hard', 'limit', 'spent_nanos', 'reserved', 'pg_reserved')
-  -- spent is exact nano-USD; the limit check counts a started micro-dollar as spent.
-  local spent = math.floor((tonumber(v[3] or '0') + 999) / 1000)
+  -- spent is exact nano-USD, compared in µ$ rounded half-even (as spent_micros and the
+  -- REST figures round it), so "the room left" means the same everywhere.
+  local n = tonumber(v[3] or '0')
+  local spent = math.floor(n / 1000)
+  local r = n - spent * 1000
+  if r > 500 or (r == 500 and spent % 2 == 1) then spent = spent + 1 end
   local used = spent + tonumber(v[4] or '0') + tonumber(v[5] or '0')
   if v[1] == '1' and used + amount > tonumber(v[2]) then
     return {0, i, v[2], spent, v[4] or '0', v[5] or '0'}

@@ -20,7 +20,7 @@ Keys (``P`` = ``CACHEPLANE_BUDGET_REDIS_PREFIX``, ``id`` = the ``BudgetPeriod`` 
   died loses nothing);
 - ``P:periods`` set of period ids ever loaded (for the expiry sweep).
 
-Invariant (hard budgets): ``ceil(spent_nanos / 1000) + reserved + pg_reserved <= limit``
+Invariant (hard budgets): ``round(spent_nanos / 1000) + reserved + pg_reserved <= limit``
 after every reserve, checked and applied in one script over every period that applies
 (tenant-wide and service-account budgets together). A settle cuts the hold to the actual
 cost (which may exceed it: the work was done and will be booked) and leaves it pending;
