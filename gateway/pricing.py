@@ -2,9 +2,9 @@
 
 Prices come from billing's price book (``billing.selectors.prices``) and are cached per
 (provider, model, pool) for ``RATES_CACHE_SECONDS``, emptied at once when a price changes
-(billing publishes on ``PRICES_CHANNEL`` after commit; each gateway process listens); the arithmetic is billing's
-(``billing.pricing``), so the hold, the settlement and the ledger agree to the µ$.
-Priced after routing: a vLLM request's price is its pool's, known once a worker is
+(billing publishes on ``PRICES_CHANNEL`` after commit; each gateway process listens); the
+arithmetic is billing's (``billing.pricing``), so the hold, the settlement and the ledger
+agree to the µ$. Priced after routing: a vLLM request's price is its pool's, known once a worker is
 chosen.
 """
 

@@ -41,7 +41,6 @@ import json
 import logging
 import time
 import uuid
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -301,10 +300,10 @@ def budget_periods_live_adjust(*, deltas: dict[int, int]) -> int:
 
     ``spent_nanos`` in Redis is seeded once from PostgreSQL and then follows the ledger's
     bookings, so a change that only PostgreSQL saw (a reprice's recomputation) must be
-    added here too, or the hot path keeps the old figure. Increments, not a ``SET``: settlements the gateway made meanwhile stay
-    counted. Called after commit; returns how many loaded periods moved. Redis down:
-    logged, the caller's commit stands (the hot path refuses with ``limits_unavailable``
-    until it is back).
+    added here too, or the hot path keeps the old figure. Increments, not a ``SET``:
+    bookings made meanwhile stay counted. Called after commit; returns how many loaded
+    periods moved. Redis down: logged, the caller's commit stands (the hot path refuses
+    with ``limits_unavailable`` until it is back).
     """
     moving = {pid: d for pid, d in deltas.items() if d}
     if not moving:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -297,7 +298,7 @@ def budget_settle(*, reservation: BudgetReservation, actual_micros: int) -> Budg
     return locked
 
 
-def budget_hold_consume(*, tenant_id: object, request_id: str, micros: int) -> int:
+def budget_hold_consume(*, tenant_id: UUID | str, request_id: str, micros: int) -> int:
     """Shrink a held PostgreSQL reservation by cost just booked against it (a cache's
     storage as it accrues): the hold keeps reserving only what is still to come, so hold
     plus spend never counts a booked cost twice. Returns the µ$ released (0: no hold)."""

@@ -191,6 +191,4 @@ def budget_live_adjust_on_commit(*, deltas_nanos: dict[int, int]) -> None:
     """A spend change PostgreSQL made by itself (a reprice's recomputation), mirrored onto
     the Redis counters once the transaction commits."""
     if any(deltas_nanos.values()):
-        transaction.on_commit(
-            partial(budget_live_book, charges_nanos=dict(deltas_nanos), holds={})
-        )
+        transaction.on_commit(partial(budget_live_book, charges_nanos=dict(deltas_nanos), holds={}))

@@ -41,8 +41,8 @@ from billing.services.budget_reservations import (
     budget_periods_live_adjust_on_commit,
     budget_settlements_flush,
 )
-from billing.services.storage import _seconds, hour_floor
 from billing.services.ledger_booking import ledger_lock
+from billing.services.storage import _seconds, hour_floor
 from billing.services.usage import ROLLUP_LOCK, micros_sql, usage_flush
 from tenants.actor import Actor
 from tenants.models import Tenant

@@ -149,9 +149,11 @@ def storage_accrue(
                 )
                 row_id, covered_from, covered_to = cursor.fetchone()
             # all_tenants: the hourly accrual sweep writes rows of every tenant by id
-            before = StorageAccrual.objects.all_tenants().filter(pk=row_id).values_list(
-                "cost_nanos", flat=True
-            )[0]
+            before = (
+                StorageAccrual.objects.all_tenants()
+                .filter(pk=row_id)
+                .values_list("cost_nanos", flat=True)[0]
+            )
             nanos, price_id, pool_price_id = storage_cost_for(
                 provider=provider,
                 model=model,

@@ -16,13 +16,21 @@ FLASH_LITE = "gemini-2.5-flash-lite"  # $0.10/M input: 5 prompt tokens = 500 n$ 
 
 
 def gateway_request(
-    tenant, *, at: datetime, prompt_tokens: int = 5, hold_micros: int = 10, principal=None
+    tenant,
+    *,
+    at: datetime,
+    prompt_tokens: int = 5,
+    hold_micros: int = 10,
+    principal=None,
+    periods: list[holds.PeriodView] | None = None,
 ) -> str:
     """One request as the gateway runs it: hold (reserve script), settle (settle script,
-    at the request's µ$ estimate), usage message under the gateway's own ledger key."""
-    periods = holds.budget_periods_load(
-        tenant_id=str(tenant.pk), principal_id=str(principal.pk) if principal else None, at=at
-    )
+    at the request's µ$ estimate), usage message under the gateway's own ledger key.
+    ``periods``: as loaded by the gateway (loaded here when not given)."""
+    if periods is None:
+        periods = holds.budget_periods_load(
+            tenant_id=str(tenant.pk), principal_id=str(principal.pk) if principal else None, at=at
+        )
     key = holds.hold_new_id()
     client = ops.redis_client()
     if periods:

@@ -19,8 +19,8 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from billing.models import BudgetAlert, BudgetPeriod, BudgetReservation
-from billing.services.ledger_booking import budget_periods_charge
 from billing.services.budgets import budget_create, budget_update
+from billing.services.ledger_booking import budget_periods_charge
 from caches.models import CacheObject, CacheState
 from caches.services import lifecycle
 from caches.services.execution import operation_execute

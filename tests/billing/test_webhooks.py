@@ -10,7 +10,6 @@ import pytest
 
 from billing.models import BudgetAlert, WebhookState
 from billing.services import budget_create, budget_reserve, budget_settle
-from tests.billing.ledger_support import book_micros
 from billing.services.alerts import (
     SIGNATURE_HEADER,
     WebhookTransientError,
@@ -18,6 +17,7 @@ from billing.services.alerts import (
     webhook_verify,
 )
 from billing.tasks import budget_alert_deliver_task
+from tests.billing.ledger_support import book_micros
 
 pytestmark = pytest.mark.django_db
 

@@ -2,11 +2,11 @@
 PostgreSQL in batches (``flush``; the algorithm is described there). Every name callers
 use is importable from here, as before the split."""
 
+from billing.services.ledger_booking import ROLLUP_LOCK
 from billing.services.usage.booking import book_cost
 from billing.services.usage.creation import cache_creation_record
 from billing.services.usage.estimates import usage_estimate_correct
 from billing.services.usage.flush import (
-    ROLLUP_LOCK,
     FlushResult,
     micros_sql,
     price_row,

@@ -49,7 +49,6 @@ from controlplane import ops
 logger = logging.getLogger(__name__)
 
 
-
 @dataclass
 class FlushResult:
     """What one flush did."""
@@ -221,7 +220,11 @@ def price_row(
         return None, None, None
     rates = index.rates(price)
     if m.estimate_nanos is not None:  # the reservation, booked as an estimate
-        return price.pk, None, Cost(m.estimate_nanos, m.estimate_nanos, {"estimate": m.estimate_nanos})
+        return (
+            price.pk,
+            None,
+            Cost(m.estimate_nanos, m.estimate_nanos, {"estimate": m.estimate_nanos}),
+        )
     if m.kind == UsageKind.CACHE_CREATE:
         cost = cache_creation_cost(
             tokens=m.prompt_tokens, rates=rates, ttl_seconds=m.ttl_seconds or 3600

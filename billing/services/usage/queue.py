@@ -194,7 +194,9 @@ def usage_message(
     if not isinstance(client_request_id, str) or len(client_request_id) > 128:
         raise InvalidUsage("client_request_id must be at most 128 characters.")
     if estimate_nanos is not None and (
-        not isinstance(estimate_nanos, int) or isinstance(estimate_nanos, bool) or estimate_nanos < 0
+        not isinstance(estimate_nanos, int)
+        or isinstance(estimate_nanos, bool)
+        or estimate_nanos < 0
     ):
         raise InvalidUsage("estimate_nanos must be a non-negative integer.")
     if not model or len(model) > 200 or len(worker) > 200 or len(pool) > 100:
