@@ -49,8 +49,7 @@ PRIORITIES = ("interactive", "batch")
 async def handle(request: Request, kind: str) -> Response:
     """Answer one ``/v1/chat/completions`` or ``/v1/completions`` request."""
     started, started_at = time.perf_counter(), time.time()
-    # The caller's id is for tracing only (clients reuse ids): the ledger key and budget
-    # hold id is the gateway's own, minted here for every request (issue 22.3, 23.6).
+    # The caller's id is for tracing only: the ledger key (= hold id) is the gateway's own.
     request_id = sanitize_request_id(request.headers.get("x-request-id"))
     ledger_key = hold_new_id()
     books = _Books()
@@ -96,9 +95,8 @@ async def handle(request: Request, kind: str) -> Response:
         books.sent = True
         answer = await adapter.send(call, target)
     except GatewayError as exc:
-        # Timed out after sending: the provider may have done (and billed) the work. The
-        # reservation is booked as an estimate (flagged), which reconciliation corrects
-        # with what the provider reports (``billing.services.usage.usage_estimate_correct``).
+        # Timed out after sending: the provider may have billed the work; the reservation
+        # is booked as a flagged estimate (corrected by ``usage_estimate_correct``).
         timed_out = books.sent and exc.code == "upstream_timeout"
         await books.close(
             status="upstream_timeout" if timed_out else "upstream_error", estimate=timed_out
@@ -314,9 +312,7 @@ class _Books:
     async def close(self, *, status: str, estimate: bool = False) -> None:
         """Give back the fair-share slot and the rate-limit slot, settle the hold with
         the request's cost, record usage. Never raises (the answer is already decided).
-
-        ``estimate``: no usage came back (a timeout after sending); the reservation is
-        booked as the cost, flagged as an estimate."""
+        ``estimate``: no usage came back (a timeout); the reservation is booked, flagged."""
         if self.closed:
             return
         self.closed = True
@@ -386,17 +382,13 @@ class _Books:
         await closing.close(part, meter)
 
     def _reserved_micros(self, call: Call) -> int | None:
-        """What this request reserved: its hold, else its priced upper bound (None: no
-        price, nothing to estimate)."""
+        """Its hold, else its priced upper bound (None: no price, nothing to estimate)."""
         if self.hold is not None and self.hold.amount_micros:
             return self.hold.amount_micros
         if self.rates is None:
             return None
-        return pricing.upper_bound_micros(
-            self.rates,
-            prompt_tokens=call.prompt_tokens_bound,
-            max_output_tokens=call.max_output_tokens,
-        )
+        bound, most = call.prompt_tokens_bound, call.max_output_tokens
+        return pricing.upper_bound_micros(self.rates, prompt_tokens=bound, max_output_tokens=most)
 
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:

@@ -25,7 +25,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, cast
 
 import msgspec
@@ -33,10 +33,10 @@ from django.conf import settings
 from django.db import connection, transaction
 from redis.exceptions import LockNotOwnedError
 
-from billing.models import Provider, UsageKind
-from billing.pricing import Cost, cache_creation_cost, gpu_cost, token_cost
+from billing.models import Provider
 from billing.selectors.prices import PriceIndex
 from billing.services.ledger_booking import ROLLUP_LOCK, Booking, ledger_book
+from billing.services.usage.pricing_rows import price_row
 from billing.services.usage.queue import (
     _CLAIM_SCRIPT,
     EPOCH,
@@ -200,37 +200,6 @@ SELECT ins.tenant_id, ins.request_id, ins.principal_id, ins.occurred_at, ins.cos
 FROM ins
 """
 )
-
-
-def price_row(
-    index: PriceIndex, m: _Message, at: datetime
-) -> tuple[int | None, int | None, Cost | None]:
-    """(model price id, pool price id, cost) of one message, or Nones when unpriced."""
-    counts = m.counts()
-    if m.provider == Provider.VLLM:
-        pool_price = index.pool_price(m.pool, at)
-        if pool_price is None:
-            return None, None, None
-        if m.estimate_nanos is not None:
-            estimate = Cost(m.estimate_nanos, m.estimate_nanos, {"estimate": m.estimate_nanos})
-            return None, pool_price.pk, estimate
-        return None, pool_price.pk, gpu_cost(counts, index.pool_rates(pool_price))
-    price = index.model_price(m.provider, m.model, at)
-    if price is None:
-        return None, None, None
-    rates = index.rates(price)
-    if m.estimate_nanos is not None:  # the reservation, booked as an estimate
-        return (
-            price.pk,
-            None,
-            Cost(m.estimate_nanos, m.estimate_nanos, {"estimate": m.estimate_nanos}),
-        )
-    if m.kind == UsageKind.CACHE_CREATE:
-        cost = cache_creation_cost(
-            tokens=m.prompt_tokens, rates=rates, ttl_seconds=m.ttl_seconds or 3600
-        )
-        return price.pk, None, cost
-    return price.pk, None, token_cost(counts, rates, at)
 
 
 def _write_batch(messages: list[_Message], result: FlushResult) -> None:
