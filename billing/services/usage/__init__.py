@@ -9,11 +9,11 @@ from billing.services.usage.estimates import usage_estimate_correct
 from billing.services.usage.flush import (
     FlushResult,
     micros_sql,
-    price_row,
     usage_batch_claim,
     usage_flush,
     usage_write_direct,
 )
+from billing.services.usage.pricing_rows import price_row
 from billing.services.usage.queue import (
     _CLAIM_SCRIPT,
     EPOCH,
