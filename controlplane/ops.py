@@ -8,22 +8,14 @@ from __future__ import annotations
 
 import socket
 import time
-from functools import lru_cache
 
-import redis
-from django.conf import settings
 from django.db import connections
 
-HEARTBEAT_KEY_PREFIX = "cacheplane:worker-heartbeat:"
+from controlplane.redis import keys
+from controlplane.redis.clients import redis_client as redis_client  # re-exported
+
+HEARTBEAT_KEY_PREFIX = keys.HEARTBEAT
 HEARTBEAT_TTL_SECONDS = 90
-
-
-@lru_cache(maxsize=4)
-def redis_client(url: str | None = None) -> redis.Redis:
-    """A pooled Redis client for ``url`` (default REDIS_URL), with short timeouts."""
-    return redis.Redis.from_url(
-        url or settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2
-    )
 
 
 def check_database() -> str | None:
@@ -65,7 +57,7 @@ def readiness() -> dict[str, str | None]:
 
 def worker_heartbeat_record() -> str:
     """Record this worker's liveness in Redis with a TTL; returns the key written."""
-    key = f"{HEARTBEAT_KEY_PREFIX}{socket.gethostname()}"
+    key = keys.worker_heartbeat(socket.gethostname())
     redis_client().set(key, str(time.time()), ex=HEARTBEAT_TTL_SECONDS)
     return key
 
@@ -75,7 +67,7 @@ def worker_heartbeats() -> dict[str, float]:
     client = redis_client()
     now = time.time()
     ages: dict[str, float] = {}
-    for key in client.scan_iter(match=f"{HEARTBEAT_KEY_PREFIX}*", count=100):
+    for key in client.scan_iter(match=keys.worker_heartbeat_all(), count=100):
         value = client.get(key)
         if value is not None:
             name = key.decode()[len(HEARTBEAT_KEY_PREFIX) :]

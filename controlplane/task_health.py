@@ -23,6 +23,8 @@ from typing import Any
 from celery.signals import task_failure, task_retry, task_success
 from prometheus_client import Counter
 
+from controlplane.redis import keys
+
 #: SQLSTATEs of a transaction PostgreSQL rolled back to break a conflict: safe to rerun.
 LOCK_CONFLICT_SQLSTATES = {"40P01": "deadlock", "40001": "serialization_failure"}
 
@@ -36,7 +38,7 @@ WATCHED_TASKS = (
 )
 #: Overdue after this many beat intervals without a success.
 OVERDUE_INTERVALS = 2
-HEALTH_KEY_PREFIX = "cacheplane:task-health:"
+HEALTH_KEY_PREFIX = keys.TASK_HEALTH
 
 TASK_RETRIES = Counter(
     "cacheplane_task_retries",
@@ -119,7 +121,7 @@ def _record(task_name: str, count: str, **fields: str) -> None:
     """Count one ``count`` (successes, failures, retries) of a watched job, set ``fields``."""
     if task_name not in WATCHED_TASKS:
         return
-    key = f"{HEALTH_KEY_PREFIX}{task_name}"
+    key = keys.task_health(task_name)
     # Best effort: a Redis outage must not fail the task that just finished.
     with contextlib.suppress(Exception):
         pipe = _redis().pipeline(transaction=False)
@@ -136,7 +138,7 @@ def background_jobs_state() -> dict[str, dict[str, str]]:
     client = _redis()
     pipe = client.pipeline(transaction=False)
     for name in WATCHED_TASKS:
-        pipe.hgetall(f"{HEALTH_KEY_PREFIX}{name}")
+        pipe.hgetall(keys.task_health(name))
     return {
         name: {k.decode(): v.decode() for k, v in raw.items()}
         for name, raw in zip(WATCHED_TASKS, pipe.execute(), strict=True)

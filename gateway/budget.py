@@ -17,6 +17,7 @@ from django.conf import settings
 
 from billing.services import budget_reservations as holds
 from controlplane.db import db_sync_to_async
+from controlplane.redis.budget import BudgetReserve, BudgetReserveReply, BudgetSettle
 from gateway.directory import REFRESH_SECONDS
 from gateway.errors import GatewayError
 from gateway.identity import Identity
@@ -95,9 +96,9 @@ async def plan(
     )
 
 
-def reserve_part(hold: Hold) -> tuple[list[str], list[str]]:
-    """KEYS and ARGV of billing's reserve script for ``hold`` (its expiry from now)."""
-    return holds.reserve_args(
+def reserve_call(hold: Hold) -> BudgetReserve:
+    """Billing's reserve script's call for ``hold`` (its expiry from now)."""
+    return holds.reserve_call(
         periods=hold.periods,
         hold_id=hold.hold_id,
         amount_micros=hold.amount_micros,
@@ -106,7 +107,7 @@ def reserve_part(hold: Hold) -> tuple[list[str], list[str]]:
 
 
 async def reserve_outcome(
-    identity: Identity, hold: Hold, reply: list[Any], request_id: str
+    identity: Identity, hold: Hold, reply: BudgetReserveReply, request_id: str
 ) -> bool:
     """True: held. False: a period is not loaded in Redis (reload it, then retry).
     Raises ``402 budget_exceeded`` (audited) when a hard limit refuses."""
@@ -133,13 +134,13 @@ async def reserve_outcome(
     )
 
 
-def settle_part(hold: Hold | None, *, actual_micros: int) -> tuple[list[str], list[str]] | None:
-    """KEYS and ARGV of billing's settle script: drop the hold, book ``actual_micros``
-    (0: a release). None when there is nothing to settle; marks the hold settled."""
+def settle_call(hold: Hold | None, *, actual_micros: int) -> BudgetSettle | None:
+    """Billing's settle script's call: drop the hold, book ``actual_micros`` (0: a
+    release). None when there is nothing to settle; marks the hold settled."""
     if hold is None or hold.settled:
         return None
     hold.settled = True
-    return holds.settle_args(
+    return holds.settle_call(
         periods=hold.periods,
         hold_id=hold.hold_id,
         tenant_id=hold.tenant_id,

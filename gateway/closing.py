@@ -6,7 +6,7 @@ of ``gateway.limits``' closing script) and records its usage and cache hits
 (``gateway.directory``). Both go to Redis on one pipeline, group-committed per event
 loop: requests that finish while a batch is on its way join the next one, so a batch is
 one script run (each request still its own atomic step inside it) plus one ``RPUSH`` of
-every usage message, whatever the concurrency (``hotpath_redis.GroupCommit``). A request
+every usage message, whatever the concurrency (``controlplane.redis.batch.GroupCommit``). A request
 returns once its own batch is written, as when it was written alone.
 
 Failures never fail a response (the answer is decided): a lost script (Redis restarted)
@@ -21,7 +21,9 @@ import logging
 from redis.exceptions import NoScriptError
 
 from controlplane.db import db_sync_to_async
-from gateway import hotpath_redis, limits, metering, routing
+from controlplane.redis.batch import GroupCommit
+from controlplane.redis.clients import async_client
+from gateway import limits, metering, routing
 from gateway.directory import directory
 from gateway.metering import Meter
 
@@ -49,12 +51,12 @@ async def _write(batch: list[Closing]) -> list[None]:
     return [None] * len(batch)
 
 
-_commits: hotpath_redis.GroupCommit[Closing, None] = hotpath_redis.GroupCommit(_write)
+_commits: GroupCommit[Closing, None] = GroupCommit(_write)
 
 
 async def _write_batch(parts: list[limits.ClosePart], meters: list[Meter]) -> None:
     messages, recorded = metering.encode_usage(meters)
-    pipe = hotpath_redis.client().pipeline(transaction=False)
+    pipe = async_client().pipeline(transaction=False)
     if parts:
         limits.queue_close(pipe, parts)
     if recorded:

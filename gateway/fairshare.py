@@ -20,6 +20,7 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
+from controlplane.loop_local import LoopLocal
 from gateway.errors import GatewayError
 
 BATCH_WEIGHT_FACTOR = 0.1
@@ -81,16 +82,14 @@ class FairQueue:
         return sum(1 for _, _, w in self._heap if not w.done())
 
 
-_queues: dict[tuple[int, str], FairQueue] = {}
+_queues: LoopLocal[dict[str, FairQueue]] = LoopLocal(dict)
 
 
 def queue_for(pool: str, capacity: int) -> FairQueue:
     """The process's queue of ``pool`` on the running loop, its capacity kept current."""
-    key = (id(asyncio.get_running_loop()), pool)
-    queue = _queues.get(key)
+    queues = _queues.get()
+    queue = queues.get(pool)
     if queue is None:
-        if len(_queues) > 10_000:
-            _queues.clear()
-        queue = _queues[key] = FairQueue(capacity=capacity)
+        queue = queues[pool] = FairQueue(capacity=capacity)
     queue.capacity = capacity
     return queue

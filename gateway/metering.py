@@ -214,13 +214,12 @@ def encode_usage(meters: Sequence[Meter]) -> tuple[list[bytes], list[Meter]]:
 def queue_usage(pipe: Any, messages: list[bytes], recorded: Sequence[Meter]) -> None:
     """The usage messages and the cache-hit counters, queued on one Redis pipeline."""
     from billing.services.usage import usage_queue_append
-    from caches.services.hits import CACHE_HITS_KEY
+    from caches.services.hits import cache_hits_queue
 
     usage_queue_append(pipe, messages)
     for meter in recorded:
         if meter.cache_id:
-            pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:count", 1)
-            pipe.hincrby(CACHE_HITS_KEY, f"{meter.cache_id}:tokens", meter.cached_tokens)
+            cache_hits_queue(pipe, cache_id=meter.cache_id, cached_tokens=meter.cached_tokens)
 
 
 def write_direct(messages: list[bytes], recorded: Sequence[Meter]) -> None:

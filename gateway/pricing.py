@@ -22,10 +22,11 @@ from cachetools import TTLCache
 
 from billing.pricing import Cost, UsageCounts, gpu_cost, token_cost
 from controlplane.db import db_sync_to_async
+from controlplane.redis import keys
 
 logger = logging.getLogger(__name__)
 RATES_CACHE_SECONDS = 60.0
-PRICES_CHANNEL = "cacheplane:prices:changed"  # billing.services.prices publishes here
+PRICES_CHANNEL = keys.prices_changed_channel()  # billing.services.prices publishes here
 Rates = tuple[Callable[[UsageCounts, Any], Cost], Any]
 
 
@@ -90,11 +91,11 @@ def _listen_for_changes() -> None:
 
 
 async def _listen() -> None:
-    from gateway import hotpath_redis
+    from controlplane.redis.clients import async_client
 
     while True:
         try:
-            async with hotpath_redis.client().pubsub() as pubsub:
+            async with async_client().pubsub() as pubsub:
                 await pubsub.subscribe(PRICES_CHANNEL)
                 forget()  # whatever changed while this process was not subscribed
                 async for message in pubsub.listen():

@@ -11,7 +11,6 @@ never the library.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -19,6 +18,8 @@ from typing import Any
 import aiohttp
 import msgspec
 from django.conf import settings
+
+from controlplane.loop_local import LoopLocal
 
 MAX_CONNECTIONS = 1024
 _encode = msgspec.json.Encoder().encode
@@ -77,28 +78,29 @@ class Response:
             await owner.close()
 
 
-_sessions: dict[int, tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession]] = {}
+def _session_new() -> aiohttp.ClientSession:
+    timeout = settings.CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS, limit_per_host=0),
+        # connect: waiting for a pooled connection included; sock_read: between bytes.
+        timeout=aiohttp.ClientTimeout(
+            total=None, connect=timeout, sock_connect=5.0, sock_read=timeout
+        ),
+        cookie_jar=aiohttp.DummyCookieJar(),  # never carry one worker's cookies on
+        skip_auto_headers=("User-Agent",),
+    )
+
+
+_sessions: LoopLocal[aiohttp.ClientSession] = LoopLocal(_session_new)
 
 
 def session() -> aiohttp.ClientSession:
     """The running loop's session (a restarted loop, e.g. in tests, gets its own)."""
-    loop = asyncio.get_running_loop()
-    entry = _sessions.get(id(loop))
-    if entry is None or entry[0] is not loop or entry[1].closed:
-        timeout = settings.CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS
-        made = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS, limit_per_host=0),
-            # connect: waiting for a pooled connection included; sock_read: between bytes.
-            timeout=aiohttp.ClientTimeout(
-                total=None, connect=timeout, sock_connect=5.0, sock_read=timeout
-            ),
-            cookie_jar=aiohttp.DummyCookieJar(),  # never carry one worker's cookies on
-            skip_auto_headers=("User-Agent",),
-        )
-        if len(_sessions) > 16:  # loops of finished test servers
-            _sessions.clear()
-        entry = _sessions[id(loop)] = (loop, made)
-    return entry[1]
+    found = _sessions.get()
+    if found.closed:
+        _sessions.pop()
+        found = _sessions.get()
+    return found
 
 
 def _body(payload: dict[str, Any]) -> bytes:
@@ -157,9 +159,9 @@ async def post(
 async def close() -> None:
     """Close the running loop's session (ASGI lifespan shutdown; tests starting or
     ending an event loop). The next :func:`session` opens a new one."""
-    entry = _sessions.pop(id(asyncio.get_running_loop()), None)
-    if entry is not None:
-        await entry[1].close()
+    found = _sessions.pop()
+    if found is not None:
+        await found.close()
 
 
 def parse_sse_event(event: bytes) -> dict[str, Any] | None:

@@ -22,7 +22,8 @@ Keys (all under ``cp:kv:``):
   claim: the index has it then). A claim whose request never ran expires after
   :data:`PENDING_SECONDS`; the whole hash expires when traffic stops.
 
-The hot path is one script (``workers.kv_route.ROUTE_LUA``, one round trip, atomic): it reads the
+The hot path is one script (``controlplane/redis/lua/kv_route.lua``, one round trip,
+atomic): it reads the
 index's freshness, per worker the blocks held and held-or-claimed (the longest consecutive
 run from block 0, counted inside Redis, so the reply is a few integers a worker instead
 of one per block) and the fleet's in-flight counts (``workers.load_state``), makes the
@@ -39,44 +40,20 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-PREFIX = "cp:kv:"
-LIVE_KEY = PREFIX + "live"
+from controlplane.redis import keys
+from controlplane.redis.fleet import kv_prune_pending, kv_remove_blocks_queue
+
+PREFIX = keys.KV
+LIVE_KEY = keys.KV_LIVE
 # HASH, "<worker>:ok" / "<worker>:bad" -> how many block-0 hashes the indexer recomputed
 # from a BlockStored event's own tokens and extra keys, and whether they matched what the
 # worker sent (workers.kv_indexer.check_first_blocks): the console's "hashes match".
-CHECK_KEY = PREFIX + "check"
+CHECK_KEY = keys.KV_CHECK
 STALE_SECONDS = 5.0
 PENDING_SECONDS = 5.0  # a claim outlives any prefill; BlockStored normally removes it first
 
-# KEYS: a pending hash. ARGV: now. Deletes claims that expired.
-PRUNE_LUA = """
-local all = redis.call('HGETALL', KEYS[1])
-local gone = 0
-for i = 1, #all, 2 do
-  if tonumber(all[i + 1]) < tonumber(ARGV[1]) then
-    redis.call('HDEL', KEYS[1], all[i])
-    gone = gone + 1
-  end
-end
-return gone
-"""
-
-# Decrement one copy of each hash, deleting fields that reach zero (atomic per call).
-_REMOVE_LUA = """
-for i, h in ipairs(ARGV) do
-  local left = redis.call('HINCRBY', KEYS[1], h, -1)
-  if left <= 0 then redis.call('HDEL', KEYS[1], h) end
-end
-return 0
-"""
-
-
-def worker_key(worker: str) -> str:
-    return f"{PREFIX}w:{worker}"
-
-
-def pending_key(worker: str) -> str:
-    return f"{PREFIX}p:{worker}"
+worker_key = keys.kv_worker
+pending_key = keys.kv_pending
 
 
 def apply_events(
@@ -107,7 +84,7 @@ def apply_events(
         elif kind == "BlockRemoved" and event.get("medium") in mediums:
             hashes = [_field(h) for h in event.get("block_hashes") or ()]
             if hashes:
-                pipe.eval(_REMOVE_LUA, 1, key, *hashes)
+                kv_remove_blocks_queue(pipe, worker=worker, hashes=hashes)
         elif kind == "AllBlocksCleared":
             pipe.delete(key)
         else:
@@ -136,9 +113,9 @@ def record_hash_check(client: Any, *, worker: str, matched: int, mismatched: int
     """Add one batch's hash-check outcome for ``worker`` (see :data:`CHECK_KEY`)."""
     pipe = client.pipeline(transaction=False)
     if matched:
-        pipe.hincrby(CHECK_KEY, f"{worker}:ok", matched)
+        pipe.hincrby(CHECK_KEY, keys.kv_check_fields(worker)[0], matched)
     if mismatched:
-        pipe.hincrby(CHECK_KEY, f"{worker}:bad", mismatched)
+        pipe.hincrby(CHECK_KEY, keys.kv_check_fields(worker)[1], mismatched)
     pipe.execute()
 
 
@@ -165,8 +142,8 @@ def worker_event_status(
             "live": age is not None and age <= STALE_SECONDS,
             "age_seconds": round(age, 1) if age is not None else None,
             "resident_blocks": int(size or 0),
-            "hash_ok": checks.get(f"{name}:ok", 0),
-            "hash_bad": checks.get(f"{name}:bad", 0),
+            "hash_ok": checks.get(keys.kv_check_fields(name)[0], 0),
+            "hash_bad": checks.get(keys.kv_check_fields(name)[1], 0),
         }
     return out
 
@@ -178,7 +155,7 @@ def _text(value: Any) -> str:
 def prune_pending(client: Any, *, workers: Sequence[str], now: float | None = None) -> int:
     """Delete expired claims (requests that were routed but never ran); the indexer's job."""
     stamp = now if now is not None else time.time()
-    return sum(int(client.eval(PRUNE_LUA, 1, pending_key(w), str(stamp)) or 0) for w in workers)
+    return sum(kv_prune_pending(client, worker=w, now=stamp) for w in workers)
 
 
 def worker_forget(worker: str) -> None:

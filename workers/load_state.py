@@ -7,7 +7,7 @@ within ``REPLICA_TTL`` seconds, so a replica that dies (and never decrements) st
 counting after that window, and its fields are deleted by whoever notices.
 
 Writes are ``HINCRBY`` fired after the local update, off the request path; the read is
-part of the routing lookup's script (``workers.kv_route.ROUTE_LUA``), so the hot path pays
+part of the routing lookup's script (``controlplane/redis/lua/kv_route.lua``), so the hot path pays
 one Redis round trip for both the KV index and the fleet's load.
 
 Reservations close the gap between a routing decision and that count: a request is
@@ -25,21 +25,20 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-INFLIGHT_KEY = "cp:load:inflight"
-BEAT_KEY = "cp:load:beat"
+from controlplane.redis import keys
+
+INFLIGHT_KEY = keys.LOAD_INFLIGHT
+BEAT_KEY = keys.LOAD_BEAT
 REPLICA_TTL = 10.0
-RESERVED_PREFIX = "cp:load:r:"
+RESERVED_PREFIX = keys.LOAD_RESERVED
 RESERVE_SECONDS = 2.0
 # The fleet's share of traffic per worker, for the balance bound: worker -> "count seq",
 # a request count decayed by (1 - 1/window) per routing decision fleet-wide (seq counts
 # them in DECISIONS_KEY), so it needs no clock and every replica updates it in the
 # routing script. Decisions, not seconds: the bound means the same on a slow machine.
-RATE_KEY = "cp:load:rate"
-DECISIONS_KEY = "cp:load:decisions"
-
-
-def reserved_key(worker: str) -> str:
-    return f"{RESERVED_PREFIX}{worker}"
+RATE_KEY = keys.LOAD_RATE
+DECISIONS_KEY = keys.LOAD_DECISIONS
+reserved_key = keys.load_reserved
 
 
 def queue_add(

@@ -6,7 +6,8 @@ costs one Lua script to reserve and one to settle, both atomic in Redis, which i
 server for any number of gateway processes; PostgreSQL sees one statement per period per
 batch.
 
-Keys (``P`` = ``CACHEPLANE_BUDGET_REDIS_PREFIX``, ``id`` = the ``BudgetPeriod`` id):
+Keys (``P`` = ``CACHEPLANE_BUDGET_REDIS_PREFIX``, ``id`` = the ``BudgetPeriod`` id; the
+builders are ``controlplane.redis.keys.budget_*``):
 
 - ``P:{id}`` hash: ``limit``, ``hard`` (``1``/``0``), ``spent_nanos`` (exact nano-USD:
   what PostgreSQL held when the hash was loaded, plus every booking of the ledger since,
@@ -32,7 +33,9 @@ first. The settlement flush inserts one ``BudgetReservation`` row per settled ho
 (unique per ``(tenant, request_id)``: a replayed batch inserts nothing), a record of the
 hold; it charges nothing (spend comes from the ledger only).
 
-The Lua scripts themselves are in ``billing.services.budget_hold_scripts``.
+The Lua scripts themselves are ``controlplane/redis/lua/budget_*.lua`` (billing's logic, kept
+with every other script by the package that owns Redis), run through the typed wrappers
+of ``controlplane.redis.budget``.
 """
 
 from __future__ import annotations
@@ -44,23 +47,24 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 import redis
-from django.conf import settings
 from django.db import connection, transaction
 
 from billing.models import BudgetPeriod
 from billing.pricing import nanos_to_micros
-from billing.services.budget_hold_scripts import (
-    ADJUST_SCRIPT,
-    CLAIM_SCRIPT,
-    EXPIRE_SCRIPT,
-    RESERVE_SCRIPT,
-    SETTLE_SCRIPT,
-)
 from billing.services.budget_periods import budget_periods_applicable
 from controlplane import ops
+from controlplane.redis import keys
+from controlplane.redis.budget import (
+    BudgetReserve,
+    BudgetReserveReply,
+    BudgetSettle,
+    budget_adjust,
+    budget_expire,
+)
+from controlplane.redis.queues import list_claim
 
 #: How long a settled request's cost stays held while the ledger has not booked it yet.
 PENDING_SECONDS = 600
@@ -68,22 +72,13 @@ PENDING_SECONDS = 600
 logger = logging.getLogger(__name__)
 
 
-def prefix() -> str:
-    return settings.CACHEPLANE_BUDGET_REDIS_PREFIX
-
-
 def period_keys(period_id: int) -> tuple[str, str, str]:
     """(hash, holds, amounts) of one period."""
-    base = f"{prefix()}:{period_id}"
-    return base, f"{base}:holds", f"{base}:amounts"
+    return keys.budget_period(period_id)
 
 
 def settle_queue_key() -> str:
-    return f"{prefix()}:settle"
-
-
-def done_key(hold_id: str) -> str:
-    return f"{prefix()}:done:{hold_id}"
+    return keys.budget_settle_queue()
 
 
 @dataclass(frozen=True)
@@ -138,7 +133,7 @@ def budget_periods_load(
         ttl = max(60, int(period.period_end.timestamp() - now) + 7 * 86_400)
         for key in (h, z, a):
             pipe.expire(key, ttl)
-        pipe.sadd(f"{prefix()}:periods", period.pk)
+        pipe.sadd(keys.budget_periods_loaded(), period.pk)
     pipe.execute()
     return [
         PeriodView(id=p.pk, budget_id=str(p.budget_id), hard=p.hard_limit)
@@ -151,31 +146,37 @@ def hold_new_id() -> str:
     return f"gw-{uuid.uuid4().hex}"
 
 
-def reserve_args(
+def reserve_call(
     *, periods: list[PeriodView], hold_id: str, amount_micros: int, ttl_seconds: float
-) -> tuple[list[str], list[str]]:
-    """KEYS and ARGV of :data:`RESERVE_SCRIPT` (the caller runs it on its own client)."""
-    keys = [key for p in periods for key in period_keys(p.id)]
+) -> BudgetReserve:
+    """The reserve script's call for a hold (the gateway runs it in its admission step)."""
     now_ms = int(time.time() * 1000)
-    return keys, [hold_id, str(amount_micros), str(now_ms), str(now_ms + int(ttl_seconds * 1000))]
-
-
-def reserve_outcome(reply: list[Any], periods: list[PeriodView]) -> Refusal | None | Literal[False]:
-    """None: held; a Refusal; False: a period is not loaded (load and retry)."""
-    status = int(reply[0])
-    if status in (1, 2):
-        return None
-    if status == -1:
-        return False
-    return Refusal(
-        period=periods[int(reply[1])],
-        limit_micros=int(reply[2]),
-        spent_micros=int(reply[3]),
-        reserved_micros=int(reply[4]) + int(reply[5]),
+    return BudgetReserve(
+        period_ids=[p.id for p in periods],
+        hold_id=hold_id,
+        amount_micros=amount_micros,
+        now_ms=now_ms,
+        expires_ms=now_ms + int(ttl_seconds * 1000),
     )
 
 
-def settle_args(
+def reserve_outcome(
+    reply: BudgetReserveReply, periods: list[PeriodView]
+) -> Refusal | None | Literal[False]:
+    """None: held; a Refusal; False: a period is not loaded (load and retry)."""
+    if reply.status in ("held", "replay"):
+        return None
+    if reply.status == "not_loaded" or reply.period_index is None:
+        return False
+    return Refusal(
+        period=periods[reply.period_index],
+        limit_micros=reply.limit_micros,
+        spent_micros=reply.spent_micros,
+        reserved_micros=reply.reserved_micros + reply.pg_reserved_micros,
+    )
+
+
+def settle_call(
     *,
     periods: list[PeriodView],
     hold_id: str,
@@ -183,11 +184,9 @@ def settle_args(
     principal_id: str | None,
     amount_micros: int,
     actual_micros: int,
-) -> tuple[list[str], list[str]]:
-    """KEYS and ARGV of :data:`SETTLE_SCRIPT`: cut the hold to ``actual_micros``, pending
-    the ledger's booking of the request (``hold_id`` is its ledger key)."""
-    keys = [key for p in periods for key in period_keys(p.id)]
-    keys += [done_key(hold_id), settle_queue_key()]
+) -> BudgetSettle:
+    """The settle script's call: cut the hold to ``actual_micros``, pending the ledger's
+    booking of the request (``hold_id`` is its ledger key)."""
     message = ""
     if actual_micros > 0:
         message = json.dumps(
@@ -200,8 +199,13 @@ def settle_args(
                 [p.id for p in periods],
             ]
         )
-    pending_ms = int((time.time() + PENDING_SECONDS) * 1000)
-    return keys, [hold_id, str(actual_micros), message, "86400", str(pending_ms)]
+    return BudgetSettle(
+        period_ids=[p.id for p in periods],
+        hold_id=hold_id,
+        actual_micros=actual_micros,
+        message=message,
+        pending_expires_ms=int((time.time() + PENDING_SECONDS) * 1000),
+    )
 
 
 def budget_holds_expire() -> int:
@@ -211,11 +215,10 @@ def budget_holds_expire() -> int:
     period again.
     """
     client = ops.redis_client()
-    script = client.register_script(EXPIRE_SCRIPT)
     now_ms = int(time.time() * 1000)
     dropped = 0
-    for member in client.sscan_iter(f"{prefix()}:periods", count=500):
-        dropped += int(script(keys=list(period_keys(int(member))), args=[now_ms]))
+    for member in client.sscan_iter(keys.budget_periods_loaded(), count=500):
+        dropped += budget_expire(client, period_id=int(member), now_ms=now_ms)
     return dropped
 
 
@@ -237,17 +240,21 @@ def budget_settlements_flush(
     spend reaches ``BudgetPeriod`` through its ledger row (``ledger_booking``), once.
     """
     client = ops.redis_client()
-    claim = client.register_script(CLAIM_SCRIPT)
-    claims = f"{settle_queue_key()}:claims"
+    claims = keys.budget_settle_claims()
     result = SettleFlushResult()
     stale_before = time.time() - lease_seconds
     # The client does not decode responses (the default): every reply item is bytes.
     stale = cast("list[bytes]", client.zrangebyscore(claims, "-inf", stale_before))
     batch_keys = [k.decode() for k in stale]
     while len(batch_keys) < max_batches:
-        batch_key = f"{settle_queue_key()}:batch:{uuid.uuid4().hex}"
-        if not int(
-            claim(keys=[settle_queue_key(), batch_key, claims], args=[batch_size, time.time()])
+        batch_key = keys.budget_settle_batch(uuid.uuid4().hex)
+        if not list_claim(
+            client,
+            queue=keys.budget_settle_queue(),
+            batch=batch_key,
+            claims=claims,
+            limit=batch_size,
+            claimed_at=time.time(),
         ):
             break
         batch_keys.append(batch_key)
@@ -310,9 +317,8 @@ def budget_periods_live_adjust(*, deltas: dict[int, int]) -> int:
         return 0
     try:
         client = ops.redis_client()
-        script = client.register_script(ADJUST_SCRIPT)
         return sum(
-            int(script(keys=[period_keys(pid)[0]], args=[str(delta)]))
+            budget_adjust(client, period_id=pid, delta_nanos=delta)
             for pid, delta in sorted(moving.items())
         )
     except redis.RedisError:
@@ -337,10 +343,7 @@ def budget_period_live(*, period_id: int) -> dict[str, int]:
     return live
 
 
-# RESERVE_SCRIPT and SETTLE_SCRIPT are run by the gateway on its own client (gateway.limits).
 __all__ = [
-    "RESERVE_SCRIPT",
-    "SETTLE_SCRIPT",
     "BudgetPeriod",
     "PeriodView",
     "Refusal",

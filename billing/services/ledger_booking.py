@@ -165,23 +165,23 @@ def budget_live_book(*, charges_nanos: dict[int, int], holds: dict[int, list[str
     the booked requests' holds and add the exact nanos, in one atomic step. An unloaded
     period is skipped (it is seeded from PostgreSQL, which has the booking, on its next
     load). Redis down: logged; the holds expire and the next load reseeds."""
-    from billing.services.budget_hold_scripts import BOOK_SCRIPT
-    from billing.services.budget_reservations import done_key, period_keys
+    from controlplane import ops
+    from controlplane.redis.budget import budget_book
 
     moving = sorted(set(charges_nanos) | set(holds))
     if not moving:
         return 0
     try:
-        from controlplane import ops
-
-        script = ops.redis_client().register_script(BOOK_SCRIPT)
-        moved = 0
-        for period_id in moving:
-            ids = holds.get(period_id, [])
-            keys = [*period_keys(period_id), *(done_key(i) for i in ids)]
-            args = [str(charges_nanos.get(period_id, 0)), "86400", *ids]
-            moved += int(script(keys=keys, args=args))
-        return moved
+        client = ops.redis_client()
+        return sum(
+            budget_book(
+                client,
+                period_id=period_id,
+                nanos=charges_nanos.get(period_id, 0),
+                hold_ids=holds.get(period_id, []),
+            )
+            for period_id in moving
+        )
     except redis.RedisError:
         logger.warning("bookings not mirrored to Redis: %s", charges_nanos, exc_info=True)
         return 0

@@ -35,6 +35,7 @@ from billing.services.price_rates import (
     model_rates_merge,
     pool_rates_clean,
 )
+from controlplane.redis import keys
 from tenants.actor import Actor
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ _Price = TypeVar("_Price", ModelPrice, PoolPrice)
 #: Redis pub/sub channel told after every committed price change: the gateway's price
 #: cache (``gateway.pricing``) empties itself on each message, so a new price applies to
 #: holds at once, not when a cached entry times out.
-PRICES_CHANNEL = "cacheplane:prices:changed"
+PRICES_CHANNEL = keys.prices_changed_channel()
 
 
 def _prices_changed_on_commit() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
-from typing import cast
+from typing import Any, cast
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -25,14 +25,23 @@ from billing.services.cache_economics import cache_autopilot_on_hits
 from billing.ttl_policy import ewma_update
 from caches.models import CacheObject, TtlPolicy
 from controlplane.ops import redis_client
+from controlplane.redis import keys
 
 logger = logging.getLogger(__name__)
 
-CACHE_HITS_KEY = "cacheplane:cache-hits"
+CACHE_HITS_KEY = keys.cache_hits()
 #: How long the flush waits for a cache row another transaction holds before giving up
 #: (and putting the batch back for the next run) instead of queueing behind it.
 LOCK_TIMEOUT_MS = 5_000
 _KINDS = frozenset({"count", "tokens"})
+
+
+def cache_hits_queue(pipe: Any, *, cache_id: str, cached_tokens: int) -> None:
+    """Count one hit of ``cache_id`` on a caller's pipeline (the gateway's closing round
+    trip); the beat's flush folds it into the cache row."""
+    count, tokens = keys.cache_hit_fields(cache_id)
+    pipe.hincrby(CACHE_HITS_KEY, count, 1)
+    pipe.hincrby(CACHE_HITS_KEY, tokens, cached_tokens)
 
 
 def _batch_claim(client: Redis, batch_key: str) -> bool:
@@ -86,7 +95,7 @@ def cache_hits_flush(*, lock_timeout_ms: int = LOCK_TIMEOUT_MS) -> int:
     batch back in Redis for the next run.
     """
     client = redis_client()
-    batch_key = f"{CACHE_HITS_KEY}:flush:{uuid.uuid4().hex}"
+    batch_key = keys.cache_hits_batch(uuid.uuid4().hex)
     if not _batch_claim(client, batch_key):
         return 0
     # The client does not decode responses (the default): fields and values are bytes.

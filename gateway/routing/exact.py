@@ -5,7 +5,7 @@ prompt is tokenized and hashed exactly as the engine will (``workers.request_has
 its tokenizer, block size, ``sha256_cbor``, the tenant salt in block 0) and every worker
 is scored by the blocks it *really* holds (consecutive from block 0) or that any replica
 has just routed to it (a pending placement, until the worker's ``BlockStored`` arrives).
-One Redis script (``workers.kv_route.ROUTE_LUA``) reads that, the fleet's in-flight
+One Redis script (``controlplane/redis/lua/kv_route.lua``) reads that, the fleet's in-flight
 counts and its decayed request counts, decides and records the decision, atomically, so
 the load bounds are fleet-wide and concurrent replicas agree on where a new prefix goes.
 The mode of each decision is counted in ``cacheplane_gateway_route_total{mode}``.
@@ -21,11 +21,12 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 
 from controlplane.env import env_float
+from controlplane.redis.fleet import KvRoute, kv_route
 from gateway.directory import WorkerView
 from gateway.routing import fleet
 from gateway.routing.approximate import PRESSURE, PrefixIndex, approximate, prefix_chain
 from gateway.routing.decision import RouteDecision
-from workers import kv_route, load_state
+from workers import kv_index, load_state
 from workers.request_hashing import request_block_hashes
 from workers.routing import rendezvous_order
 
@@ -84,7 +85,7 @@ async def route_request(
 ) -> RouteDecision:
     """Order ``workers`` for one request: event-exact when the index is fresh, else guessed.
 
-    One Redis script (``workers.kv_route.ROUTE_LUA``, one round trip, atomic) reads the
+    One Redis script (``kv_route.lua``, one round trip, atomic) reads the
     index's freshness, per worker the blocks held and held-or-claimed, and the fleet's
     in-flight and decayed request counts; stamps this replica's liveness; and, when the
     index is fresh, makes the exact decision below and records it: the blocks the chosen
@@ -156,12 +157,15 @@ async def route_request(
         now = time.time()
         member = f"{replica}:{next(fleet.reservation_ids)}"
         try:
-            keys, args = kv_route.route_args(
+            call = KvRoute(
                 workers=names,
                 hashes=hashes or (),
                 replica=replica,
                 now=now,
                 replica_ttl=load_state.REPLICA_TTL,
+                stale_seconds=kv_index.STALE_SECONDS,
+                pending_seconds=kv_index.PENDING_SECONDS,
+                reserve_seconds=load_state.RESERVE_SECONDS,
                 mine=[inflight.get(n, 0) for n in names],
                 cool=[w.kv_usage < PRESSURE for w in ranked],
                 threshold=MATCH_THRESHOLD,
@@ -173,8 +177,8 @@ async def route_request(
                 load_weight=LOAD_WEIGHT,
                 prior=LOAD_PRIOR,
             )
-            reply = await fleet.script(client, kv_route.ROUTE_LUA)(keys=keys, args=args)
-            fresh, _held, scored, fleet_load, order = kv_route.parse_route(reply, workers=names)
+            reply = await kv_route(client, call)
+            fresh, scored, fleet_load, order = reply.fresh, reply.claimed, reply.load, reply.order
         except Exception:
             logger.warning("routing lookup failed; approximate routing", exc_info=True)
             decision, reason = None, "redis_down"

@@ -1,15 +1,14 @@
 """What a gateway replica keeps per process for the fleet-wide routing state in Redis.
 
-One ``redis.asyncio`` client per event loop, the registered routing script, this
-replica's load reservations not yet superseded by its published count, and whether the KV
-index was fresh at the pool's last look. Everything shared across replicas lives in
-Redis (``workers.kv_index``, ``workers.load_state``, ``workers.kv_route``); this module
-holds only what a new process may lose.
+One ``redis.asyncio`` client per event loop, this replica's load reservations not yet
+superseded by its published count, and whether the KV index was fresh at the pool's
+last look. Everything shared across replicas lives in
+Redis (``workers.kv_index``, ``workers.load_state``, ``controlplane.redis.fleet``); this
+module holds only what a new process may lose.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import os
@@ -18,13 +17,21 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import redis.asyncio
+
+from controlplane.loop_local import LoopLocal
+from controlplane.redis.clients import connection_pool
 from workers import load_state
 
 logger = logging.getLogger(__name__)
 
-# id(loop) → (loop, client): a finished loop's id can be reused by a new loop, whose
-# client must not be the dead loop's (the loop itself is compared, as in hotpath_redis).
-_clients: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
+
+def _fleet_client_new() -> Any:
+    # Short timeouts: routing degrades to the approximate mode rather than wait.
+    return redis.asyncio.Redis(connection_pool=connection_pool(_redis_url() or "", timeout=1.0))
+
+
+_clients: LoopLocal[Any] = LoopLocal(_fleet_client_new)
 #: Workers (sorted names) → whether the KV index was fresh for them at the last look.
 index_fresh: dict[tuple[str, ...], bool] = {}
 
@@ -53,19 +60,7 @@ def fleet_client() -> Any | None:
     url = _redis_url()
     if not url:
         return None
-    loop = asyncio.get_running_loop()
-    entry = _clients.get(id(loop))
-    if entry is None or entry[0] is not loop:
-        import redis.asyncio
-
-        from gateway.hotpath_redis import connection_pool
-
-        # Short timeouts: routing degrades to the approximate mode rather than wait.
-        client = redis.asyncio.Redis(connection_pool=connection_pool(url, timeout=1.0))
-        if len(_clients) > 16:  # loops of finished test servers
-            _clients.clear()
-        entry = _clients[id(loop)] = (loop, client)
-    return entry[1]
+    return _clients.get()
 
 
 def queue_loads(pipe: Any, *, replica: str, changes: Mapping[str, Sequence[int]]) -> None:
@@ -100,20 +95,6 @@ async def publish_loads(*, replica: str, changes: Mapping[str, Sequence[int]]) -
         logger.debug("fleet load update failed", exc_info=True)
 
 
-_scripts: dict[tuple[int, str], Any] = {}
-
-
-def script(client: Any, source: str) -> Any:
-    """``source`` registered on ``client`` (EVALSHA; loaded again after a Redis restart)."""
-    key = (id(client), source)
-    script = _scripts.get(key)
-    if script is None:
-        if len(_scripts) > 64:  # clients of finished event loops (tests)
-            _scripts.clear()
-        script = _scripts[key] = client.register_script(source)
-    return script
-
-
 # This replica's reservations not yet superseded by its own published count, per worker.
 _reserved: dict[str, deque[tuple[float, str]]] = {}
 reservation_ids = itertools.count()
@@ -124,7 +105,7 @@ def forget_local_state() -> None:
 
     For tests that play several gateway processes in one: everything shared lives in Redis.
     """
-    _clients.clear()
+    _clients.forget()
     _reserved.clear()
     index_fresh.clear()
 

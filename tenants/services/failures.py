@@ -29,21 +29,17 @@ from django.db import transaction
 from audit.services import audit_record
 from audit.services.denials import audit_denial
 from controlplane import ops
+from controlplane.redis import keys
+from controlplane.redis.throttle import throttle_failure, throttle_refusal
 from tenants.actor import Actor
-from tenants.services.throttling import (
-    FAILURE_SCRIPT,
-    KEY_PREFIX,
-    REFUSAL_AUDIT_SECONDS,
-    REFUSAL_SCRIPT,
-    throttle_source,
-)
+from tenants.services.throttling import REFUSAL_AUDIT_SECONDS, throttle_source
 
 logger = logging.getLogger(__name__)
 
 
-def _base(kind: str, source_ip: str | None) -> str:
+def _keys(kind: str, source_ip: str | None) -> keys.ThrottleKindKeys:
     # Under the key throttle's prefix: api_key_throttle_reset(all_sources=True) clears it.
-    return f"{KEY_PREFIX}:{kind}:{throttle_source(source_ip)}"
+    return keys.throttle_kind(kind, throttle_source(source_ip))
 
 
 def failure_coalesced_record(
@@ -57,17 +53,14 @@ def failure_coalesced_record(
     details: dict[str, Any],
 ) -> None:
     """Audit one failure of ``kind`` from the actor's source, coalesced (see the module)."""
-    base = _base(kind, actor.source_ip)
+    counters = _keys(kind, actor.source_ip)
     try:
-        count = int(
-            ops.redis_client().eval(
-                REFUSAL_SCRIPT,
-                2,
-                f"{base}:failed",
-                f"{base}:failed-gate",
-                REFUSAL_AUDIT_SECONDS,
-                REFUSAL_AUDIT_SECONDS * 10,
-            )
+        count = throttle_refusal(
+            ops.redis_client(),
+            counter=counters.failed,
+            gate=counters.failed_gate,
+            gate_seconds=REFUSAL_AUDIT_SECONDS,
+            counter_ttl_seconds=REFUSAL_AUDIT_SECONDS * 10,
         )
     except redis.RedisError:
         count = 1
@@ -88,7 +81,7 @@ def failure_coalesced_record(
 def login_source_lockout_seconds(*, source_ip: str | None) -> int:
     """Seconds until the source may try a password again (0: not locked)."""
     try:
-        ttl = int(ops.redis_client().ttl(f"{_base('login', source_ip)}:lock"))
+        ttl = int(ops.redis_client().ttl(_keys("login", source_ip).lock))
     except redis.RedisError:
         logger.warning("login throttle: Redis unavailable, not enforcing the source lock")
         return 0
@@ -97,21 +90,20 @@ def login_source_lockout_seconds(*, source_ip: str | None) -> int:
 
 def login_failure_count(*, actor: Actor) -> None:
     """Count a failed password login for the source; engage the source lock at the limit."""
-    base = _base("login", actor.source_ip)
+    counters = _keys("login", actor.source_ip)
     try:
-        count, engaged = ops.redis_client().eval(
-            FAILURE_SCRIPT,
-            2,
-            f"{base}:failures",
-            f"{base}:lock",
-            settings.CACHEPLANE_API_KEY_FAILURE_WINDOW_SECONDS,
-            settings.CACHEPLANE_LOGIN_SOURCE_FAILURE_LIMIT,
-            int(settings.AXES_COOLOFF_TIME.total_seconds()),
+        counted = throttle_failure(
+            ops.redis_client(),
+            counter=counters.failures,
+            lock=counters.lock,
+            window_seconds=settings.CACHEPLANE_API_KEY_FAILURE_WINDOW_SECONDS,
+            limit=settings.CACHEPLANE_LOGIN_SOURCE_FAILURE_LIMIT,
+            lock_seconds=int(settings.AXES_COOLOFF_TIME.total_seconds()),
         )
     except redis.RedisError:
         logger.warning("login throttle: Redis unavailable, failure not counted")
         return
-    if int(engaged):
+    if counted.engaged:
         audit_denial(
             actor=actor,
             action="tenants.session.lockout",
@@ -120,7 +112,7 @@ def login_failure_count(*, actor: Actor) -> None:
             target_id=throttle_source(actor.source_ip),
             details={
                 "reason": "too_many_failed_logins",
-                "failures": int(count),
+                "failures": counted.failures,
                 "window_seconds": settings.CACHEPLANE_API_KEY_FAILURE_WINDOW_SECONDS,
                 "lockout_seconds": int(settings.AXES_COOLOFF_TIME.total_seconds()),
             },

@@ -37,40 +37,17 @@ from audit.models import Outcome
 from audit.services import audit_record
 from controlplane import ops
 from controlplane.errors import DomainError
+from controlplane.redis import keys
+from controlplane.redis.throttle import throttle_failure, throttle_refusal
 from tenants.actor import Actor, AuthMethod
 from tenants.errors import ApiKeyRejected
 from tenants.services.keys import AuthenticatedKey, api_key_authenticate
 
 logger = logging.getLogger(__name__)
 
-KEY_PREFIX = "cacheplane:throttle:api_key"
 REFUSAL_AUDIT_SECONDS = 60
 # Only "no such key" is a guess; the other rejections name a real key.
 GUESS_CODES = frozenset({"invalid_api_key"})
-
-# Count one failure; at the limit, set the lock and reset the count. Returns
-# {failures, 1 if this failure engaged the lock else 0}. One script: atomic in Redis.
-FAILURE_SCRIPT = """
-local n = redis.call('INCR', KEYS[1])
-if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
-if n >= tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], '1', 'EX', ARGV[3])
-  redis.call('DEL', KEYS[1])
-  return {n, 1}
-end
-return {n, 0}
-"""
-# Count one refusal; when the audit gate is open, close it and return the count to
-# record (else 0), so one row per gate period carries every refusal.
-REFUSAL_SCRIPT = """
-local n = redis.call('INCR', KEYS[1])
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
-  redis.call('DEL', KEYS[1])
-  return n
-end
-return 0
-"""
 
 
 class TooManyFailures(DomainError):
@@ -100,8 +77,7 @@ def throttle_source(source_ip: str | None) -> str:
 
 
 def _keys(source: str) -> tuple[str, str, str, str]:
-    base = f"{KEY_PREFIX}:{source}"
-    return f"{base}:failures", f"{base}:lock", f"{base}:refused", f"{base}:refused-gate"
+    return keys.throttle_api_key(source)
 
 
 def _actor(source_ip: str | None, user_agent: str) -> Actor:
@@ -127,15 +103,12 @@ def api_key_lockout_seconds(*, source_ip: str | None) -> int:
 def _refusal_record(*, source_ip: str | None, user_agent: str, retry_after: int) -> None:
     _, _, refused, gate = _keys(throttle_source(source_ip))
     try:
-        count = int(
-            ops.redis_client().eval(
-                REFUSAL_SCRIPT,
-                2,
-                refused,
-                gate,
-                REFUSAL_AUDIT_SECONDS,
-                settings.CACHEPLANE_API_KEY_LOCKOUT_SECONDS + REFUSAL_AUDIT_SECONDS,
-            )
+        count = throttle_refusal(
+            ops.redis_client(),
+            counter=refused,
+            gate=gate,
+            gate_seconds=REFUSAL_AUDIT_SECONDS,
+            counter_ttl_seconds=settings.CACHEPLANE_API_KEY_LOCKOUT_SECONDS + REFUSAL_AUDIT_SECONDS,
         )
     except redis.RedisError:
         count = 1
@@ -157,19 +130,18 @@ def _failure_record(*, source_ip: str | None, user_agent: str) -> None:
     failures, lock, _, _ = _keys(source)
     limit = settings.CACHEPLANE_API_KEY_FAILURE_LIMIT
     try:
-        count, engaged = ops.redis_client().eval(
-            FAILURE_SCRIPT,
-            2,
-            failures,
-            lock,
-            settings.CACHEPLANE_API_KEY_FAILURE_WINDOW_SECONDS,
-            limit,
-            settings.CACHEPLANE_API_KEY_LOCKOUT_SECONDS,
+        counted = throttle_failure(
+            ops.redis_client(),
+            counter=failures,
+            lock=lock,
+            window_seconds=settings.CACHEPLANE_API_KEY_FAILURE_WINDOW_SECONDS,
+            limit=limit,
+            lock_seconds=settings.CACHEPLANE_API_KEY_LOCKOUT_SECONDS,
         )
     except redis.RedisError:
         logger.warning("api-key throttle: Redis unavailable, failure not counted")
         return
-    if int(engaged):
+    if counted.engaged:
         with transaction.atomic():
             audit_record(
                 actor=_actor(source_ip, user_agent),
@@ -179,7 +151,7 @@ def _failure_record(*, source_ip: str | None, user_agent: str) -> None:
                 target_type="source",
                 target_id=source,
                 details={
-                    "failures": int(count),
+                    "failures": counted.failures,
                     "window_seconds": settings.CACHEPLANE_API_KEY_FAILURE_WINDOW_SECONDS,
                     "lockout_seconds": settings.CACHEPLANE_API_KEY_LOCKOUT_SECONDS,
                 },
@@ -217,7 +189,7 @@ def api_key_throttle_reset(*, source_ip: str | None = None, all_sources: bool = 
     """
     client = ops.redis_client()
     if all_sources:
-        names = list(client.scan_iter(match=f"{KEY_PREFIX}:*", count=500))
+        names = list(client.scan_iter(match=keys.throttle_all(), count=500))
     else:
         names = list(_keys(throttle_source(source_ip)))
     return int(client.delete(*names)) if names else 0
@@ -240,17 +212,14 @@ def unauthenticated_request_record(
     source = throttle_source(source_ip)
     # Under the key throttle's prefix, so api_key_throttle_reset(all_sources=True)
     # forgets these counts too.
-    base = f"{KEY_PREFIX}:anonymous:{source}"
+    refused, gate = keys.throttle_anonymous(source)
     try:
-        count = int(
-            ops.redis_client().eval(
-                REFUSAL_SCRIPT,
-                2,
-                f"{base}:refused",
-                f"{base}:refused-gate",
-                REFUSAL_AUDIT_SECONDS,
-                REFUSAL_AUDIT_SECONDS * 10,
-            )
+        count = throttle_refusal(
+            ops.redis_client(),
+            counter=refused,
+            gate=gate,
+            gate_seconds=REFUSAL_AUDIT_SECONDS,
+            counter_ttl_seconds=REFUSAL_AUDIT_SECONDS * 10,
         )
     except redis.RedisError:
         count = 1

@@ -11,6 +11,7 @@ from billing.models import Budget, BudgetPeriod, StorageAccrual, UsageRecord
 from billing.services import budget_reservations as holds
 from billing.services.usage import usage_record
 from controlplane import ops
+from controlplane.redis.budget import budget_reserve, budget_settle
 
 FLASH_LITE = "gemini-2.5-flash-lite"  # $0.10/M input: 5 prompt tokens = 500 n$ = 0.5 µ$
 
@@ -34,12 +35,11 @@ def gateway_request(
     key = holds.hold_new_id()
     client = ops.redis_client()
     if periods:
-        keys, args = holds.reserve_args(
+        call = holds.reserve_call(
             periods=periods, hold_id=key, amount_micros=hold_micros, ttl_seconds=60
         )
-        reply = client.register_script(holds.RESERVE_SCRIPT)(keys=keys, args=args)
-        assert holds.reserve_outcome(reply, periods) is None
-        keys, args = holds.settle_args(
+        assert holds.reserve_outcome(budget_reserve(client, call), periods) is None
+        settle = holds.settle_call(
             periods=periods,
             hold_id=key,
             tenant_id=str(tenant.pk),
@@ -47,7 +47,7 @@ def gateway_request(
             amount_micros=hold_micros,
             actual_micros=1,  # the gateway's rounded figure; the ledger's is exact
         )
-        assert client.register_script(holds.SETTLE_SCRIPT)(keys=keys, args=args) == 1
+        assert budget_settle(client, settle) is True
     usage_record(
         tenant=tenant,
         request_id=key,

@@ -19,6 +19,7 @@ from billing.services.reprice import usage_reprice
 from billing.services.usage import (
     book_cost,
     cache_creation_record,
+    queue_key,
     usage_estimate_correct,
     usage_flush,
     usage_message,
@@ -129,7 +130,7 @@ def test_the_same_client_id_three_times_books_three_rows_and_replays_book_nothin
     period = _period(_budget(tenant_a, actor), now)
     with commits():
         keys = [gateway_request(tenant_a, at=now) for _ in range(3)]
-        replay = ops.redis_client().lrange("cacheplane:usage", 0, -1)
+        replay = ops.redis_client().lrange(queue_key(), 0, -1)
         usage_flush()
         holds.budget_settlements_flush()
         usage_record_many(list(replay))  # the gateway's own retry of the same batch

@@ -315,22 +315,23 @@ def _gateway_reserve(periods, *, hold_id: str, amount: int):
     """The gateway's reserve script on Redis: None when held, else the refusal."""
     from billing.services import budget_reservations as holds
     from controlplane import ops
+    from controlplane.redis.budget import budget_reserve
 
-    keys, args = holds.reserve_args(
+    call = holds.reserve_call(
         periods=periods, hold_id=hold_id, amount_micros=amount, ttl_seconds=60
     )
-    reply = ops.redis_client().register_script(holds.RESERVE_SCRIPT)(keys=keys, args=args)
-    return holds.reserve_outcome(reply, periods)
+    return holds.reserve_outcome(budget_reserve(ops.redis_client(), call), periods)
 
 
 def _gateway_hold_and_settle(periods, *, tenant, hold_id: str, amount: int, actual: int) -> None:
     """What the gateway does per request: the reserve and settle scripts on Redis."""
     from billing.services import budget_reservations as holds
     from controlplane import ops
+    from controlplane.redis.budget import budget_settle
 
     client = ops.redis_client()
     assert _gateway_reserve(periods, hold_id=hold_id, amount=amount) is None
-    keys, args = holds.settle_args(
+    call = holds.settle_call(
         periods=periods,
         hold_id=hold_id,
         tenant_id=str(tenant.pk),
@@ -338,7 +339,7 @@ def _gateway_hold_and_settle(periods, *, tenant, hold_id: str, amount: int, actu
         amount_micros=amount,
         actual_micros=actual,
     )
-    assert client.register_script(holds.SETTLE_SCRIPT)(keys=keys, args=args) == 1
+    assert budget_settle(client, call) is True
 
 
 def test_reprice_moves_the_gateways_redis_counters_with_the_database_and_the_ledger(

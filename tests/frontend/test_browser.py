@@ -16,23 +16,17 @@ import pytest
 
 from audit.models import AuditEvent
 from tests.conftest import REF_MODEL
-from tests.frontend.conftest import PASSWORD
+from tests.frontend.browser_helpers import (
+    acme_admin_at,
+    acme_with_admin,
+    cache_row_create,
+    default_pool_priced,
+    platform_admin_create,
+    user_create,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 FAQ = "You answer from the Acme FAQ and cite the section you used. " * 80
-
-
-def _user(username: str, role: str | None, tenant):
-    from tests.factories import HumanFactory, bind
-
-    user = HumanFactory(username=username, password=PASSWORD)
-    if role:
-        bind(user, role, tenant)
-    return user
-
-
-def _platform_admin(username: str = "ops"):
-    return _user(username, "platform.admin", None)
 
 
 def _book_usage() -> None:
@@ -71,7 +65,7 @@ def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser_and_watch
     from gateway.models import RateLimit
     from tenants.models import ApiKey, Tenant
 
-    _platform_admin()
+    platform_admin_create()
     console.login("ops")
     console.wait_for_url(re.compile(r".*/platform/$"))
     console.check()
@@ -211,11 +205,9 @@ def test_a_platform_admin_sets_up_a_tenant_without_leaving_the_browser_and_watch
 def test_bad_input_is_shown_next_to_its_field_and_nothing_is_written(console) -> None:
     from billing.models import Budget
     from tenants.models import Tenant
-    from tests.factories import TenantFactory
 
-    tenant = TenantFactory(slug="acme")
-    _user("acme-admin", "tenant.admin", tenant)
-    _platform_admin()
+    tenant, _admin = acme_with_admin()
+    platform_admin_create()
     console.login("ops")
     console.go("/platform/tenants/")
     console.fill("#tenant-form [name=slug]", "Not A Slug!")
@@ -240,10 +232,9 @@ def test_bad_input_is_shown_next_to_its_field_and_nothing_is_written(console) ->
 
 def test_the_iam_editor_shows_an_etag_conflict_and_saving_again_resolves_it(console) -> None:
     from tenants.services import iam
-    from tests.factories import HumanFactory, TenantFactory, actor_for
+    from tests.factories import HumanFactory, actor_for
 
-    tenant = TenantFactory(slug="acme")
-    admin = _user("acme-admin", "tenant.admin", tenant)
+    tenant, admin = acme_with_admin()
     dev = HumanFactory(username="dev1")
     other = HumanFactory(username="dev2")
     policy = iam.policy_get(tenant=tenant)
@@ -297,33 +288,13 @@ def _role_of(tenant, username: str) -> str | None:
 
 
 def test_keys_revoke_and_cache_actions_follow_the_cache_state(console) -> None:
-    from caches.models import CacheObject
     from tenants.services import keys
-    from tests.factories import TenantFactory, actor_for
+    from tests.factories import actor_for
 
-    tenant = TenantFactory(slug="acme")
-    admin = _user("acme-admin", "tenant.admin", tenant)
+    tenant, admin = acme_with_admin()
     issued = keys.api_key_create(actor=actor_for(admin), tenant=tenant, name="old")
-    active = CacheObject.objects.create(
-        tenant=tenant,
-        name="kb",
-        provider="vllm",
-        model=REF_MODEL,
-        content={},
-        content_digest="a" * 64,
-        ttl_seconds=600,
-        state="active",
-    )
-    gone = CacheObject.objects.create(
-        tenant=tenant,
-        name="old-kb",
-        provider="vllm",
-        model=REF_MODEL,
-        content={},
-        content_digest="b" * 64,
-        ttl_seconds=600,
-        state="evicted",
-    )
+    active = cache_row_create(tenant, name="kb", state="active", digest="a")
+    gone = cache_row_create(tenant, name="old-kb", state="evicted", digest="b")
     console.login("acme-admin")
     console.go("/t/acme/keys/")
     console.locator(f"tr[data-key='{issued.key.pk}'] button.danger").click()
@@ -348,7 +319,7 @@ def test_a_viewer_sees_no_forms_and_its_posts_are_refused_and_audited(console) -
     from tests.factories import TenantFactory
 
     tenant = TenantFactory(slug="acme")
-    _user("acme-viewer", "tenant.viewer", tenant)
+    user_create("acme-viewer", "tenant.viewer", tenant)
     console.login("acme-viewer")
     for path, form in (
         ("/t/acme/access/", "#policy-form"),
@@ -391,7 +362,7 @@ def test_a_billing_admin_edits_and_removes_rate_limits_with_errors_by_their_fiel
     from tests.factories import TenantFactory, actor_for
 
     tenant = TenantFactory(slug="acme")
-    billing = _user("acme-billing", "tenant.billingAdmin", tenant)
+    billing = user_create("acme-billing", "tenant.billingAdmin", tenant)
     limit = rate_limit_create(
         tenant=tenant,
         actor=actor_for(billing),
@@ -459,7 +430,7 @@ def test_the_workers_page_draws_stored_kv_pressure_by_range_with_the_85_percent_
             usage={"gpu-1": usage, "gpu-2": usage / 2}, at=now - timedelta(minutes=minutes_ago)
         )
     worker_kv_sample_record(usage={"gpu-1": 0.7}, at=now - timedelta(hours=20))
-    _platform_admin()
+    platform_admin_create()
     console.login("ops")
     console.go("/platform/workers/")
     chart = "window.Chart.getChart('kv-chart')"
@@ -481,7 +452,7 @@ def test_platform_prices_and_workers_are_managed_from_the_browser(console) -> No
     from billing.models import ModelPrice
     from workers.models import Worker
 
-    _platform_admin()
+    platform_admin_create()
     console.login("ops")
     console.go("/platform/prices/")
     console.check()
@@ -542,7 +513,7 @@ def test_script_payloads_in_every_free_text_field_never_run(console) -> None:
 
     payload = '</script><script>window.__xss=1</script><img src=x onerror="window.__xss=1">'
     tenant = TenantFactory(slug="acme", display_name=payload)
-    admin = _platform_admin()
+    admin = platform_admin_create()
     bind(admin, "tenant.admin", tenant)
     account = ServiceAccountFactory(tenant=tenant, description=payload)
     issued = keys.api_key_create(actor=actor_for(admin), tenant=tenant, name="k", principal=None)
@@ -588,25 +559,11 @@ def test_script_payloads_in_every_free_text_field_never_run(console) -> None:
 
 
 def test_gateway_traffic_moves_hit_rate_and_spend_live(console, ref_workers, tenant_keys) -> None:
-    from billing.services.prices import pool_price_create
-    from tests.factories import actor_for
 
-    pool_price_create(
-        actor=actor_for(None),
-        pool="default",
-        source="test",
-        rates={
-            "gpu_hour_usd": "4.00",
-            "prefill_tokens_per_gpu_second": "2000",
-            "decode_tokens_per_gpu_second": "50",
-            "kv_blocks_per_gpu": 4096,
-        },
-    )
-    from gateway import pricing
-
-    pricing.forget()  # the live server's gateway may have cached "no price" from a test before
+    # The live server's gateway may have cached "no price" from a test before: forgotten.
+    default_pool_priced()
     acme = tenant_keys["gw-acme"]
-    _user("acme-admin", "tenant.admin", acme["tenant"])
+    user_create("acme-admin", "tenant.admin", acme["tenant"])
     console.login("acme-admin")
     console.wait_for_url(re.compile(r".*/t/gw-acme/$"))
     console.wait_for_selector("#live-status.on", timeout=15_000)
@@ -648,7 +605,7 @@ def test_create_a_cache_in_the_form_and_watch_it_go_pending_to_active(
     from controlplane.celery import app
 
     acme = tenant_keys["gw-acme"]
-    _user("acme-admin", "tenant.admin", acme["tenant"])
+    user_create("acme-admin", "tenant.admin", acme["tenant"])
     console.login("acme-admin")
     console.go("/t/gw-acme/caches/new/")
     console.fill("#cache-form [name=name]", "faq")
@@ -671,12 +628,8 @@ def test_audit_exports_download_from_the_page_in_every_format(console) -> None:
     from celery.contrib.testing.worker import start_worker
 
     from controlplane.celery import app
-    from tests.factories import TenantFactory
 
-    tenant = TenantFactory(slug="acme")
-    _user("acme-admin", "tenant.admin", tenant)
-    console.login("acme-admin")
-    console.go("/t/acme/audit/")
+    acme_admin_at(console, "/t/acme/audit/")
     console.wait_for_selector("#audit-table tbody tr")
     console.check()
     with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
@@ -694,7 +647,7 @@ def test_audit_exports_download_from_the_page_in_every_format(console) -> None:
 
 
 def test_a_user_of_tenant_b_sees_nothing_of_tenant_a(console, tenant_keys) -> None:
-    _user("globex-admin", "tenant.admin", tenant_keys["gw-globex"]["tenant"])
+    user_create("globex-admin", "tenant.admin", tenant_keys["gw-globex"]["tenant"])
     console.login("globex-admin")
     console.wait_for_url(re.compile(r".*/t/gw-globex/$"))
     options = console.locator("#tenant-switcher option").all_inner_texts()

@@ -13,19 +13,18 @@ import openai
 import pytest
 
 from tests.conftest import REF_MODEL
+from tests.frontend.browser_helpers import (
+    acme_admin_at,
+    acme_with_admin,
+    cache_row_create,
+    default_pool_priced,
+    platform_admin_create,
+    user_create,
+)
 from tests.frontend.conftest import PASSWORD
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 DOLLAR = 1_000_000
-
-
-def _user(username: str, role: str | None, tenant):
-    from tests.factories import HumanFactory, bind
-
-    user = HumanFactory(username=username, password=PASSWORD)
-    if role:
-        bind(user, role, tenant)
-    return user
 
 
 def _shown(console, selector: str) -> dict[str, str]:
@@ -39,24 +38,11 @@ def test_the_same_budget_figure_shows_on_three_pages_and_the_api_while_a_stream_
     console, ref_workers, tenant_keys
 ) -> None:
     from billing.services import budget_create, budget_reserve, budget_settle
-    from billing.services.prices import pool_price_create
-    from gateway import pricing
     from tests.factories import actor_for
 
     acme = tenant_keys["gw-acme"]
     tenant, admin = acme["tenant"], acme["admin"]
-    pool_price_create(
-        actor=actor_for(None),
-        pool="default",
-        source="test",
-        rates={
-            "gpu_hour_usd": "4.00",
-            "prefill_tokens_per_gpu_second": "2000",
-            "decode_tokens_per_gpu_second": "50",
-            "kv_blocks_per_gpu": 4096,
-        },
-    )
-    pricing.forget()
+    default_pool_priced()
     budget = budget_create(
         actor=actor_for(admin), tenant=tenant, name="monthly", period="month", limit_micros=DOLLAR
     )
@@ -67,7 +53,7 @@ def test_the_same_budget_figure_shows_on_three_pages_and_the_api_while_a_stream_
     budget_reserve(  # a cache's storage hold, reserved in PostgreSQL
         tenant=tenant, principal=admin, estimate_micros=35_911, request_id="cache-hold"
     )
-    _user("acme-owner", "tenant.admin", tenant)
+    user_create("acme-owner", "tenant.admin", tenant)
     console.login("acme-owner")
     client = openai.OpenAI(base_url=f"{console.base}/v1", api_key=acme["key"], max_retries=0)
     stream = client.chat.completions.create(
@@ -120,21 +106,9 @@ def test_the_same_budget_figure_shows_on_three_pages_and_the_api_while_a_stream_
 
 
 def test_extend_keeps_the_cache_page_live_with_its_actions(console) -> None:
-    from caches.models import CacheObject
-    from tests.factories import TenantFactory
 
-    tenant = TenantFactory(slug="acme")
-    _user("acme-admin", "tenant.admin", tenant)
-    cache = CacheObject.objects.create(
-        tenant=tenant,
-        name="kb",
-        provider="vllm",
-        model=REF_MODEL,
-        content={},
-        content_digest="a" * 64,
-        ttl_seconds=600,
-        state="active",
-    )
+    tenant, _admin = acme_with_admin()
+    cache = cache_row_create(tenant, name="kb", state="active", digest="a")
     console.login("acme-admin")
     console.go(f"/t/acme/caches/{cache.pk}/")
     console.fill("[name=extend_by]", "600")
@@ -176,12 +150,8 @@ def test_extend_keeps_the_cache_page_live_with_its_actions(console) -> None:
 
 def test_a_reload_of_the_key_reveal_shows_no_secret_and_creates_no_second_key(console) -> None:
     from tenants.models import ApiKey
-    from tests.factories import TenantFactory
 
-    tenant = TenantFactory(slug="acme")
-    _user("acme-admin", "tenant.admin", tenant)
-    console.login("acme-admin")
-    console.go("/t/acme/keys/")
+    tenant = acme_admin_at(console, "/t/acme/keys/")
     console.fill("#key-form [name=name]", "checkout")
     console.click("#key-form button[type=submit]")
     secret = console.locator("#new-key").input_value()
@@ -197,10 +167,8 @@ def test_a_reload_of_the_key_reveal_shows_no_secret_and_creates_no_second_key(co
 
 
 def test_a_seeded_price_is_corrected_in_the_browser_keeping_its_long_source(console) -> None:
-    from tests.factories import HumanFactory, bind
 
-    ops = HumanFactory(username="ops", password=PASSWORD)
-    bind(ops, "platform.admin", None)
+    ops = platform_admin_create()
     from billing.services.prices import model_price_create
     from tests.factories import actor_for
 
@@ -240,12 +208,8 @@ def test_a_form_posted_after_the_session_expired_is_resumed_after_logging_in(con
     from django.contrib.sessions.models import Session
 
     from billing.models import Budget
-    from tests.factories import TenantFactory
 
-    tenant = TenantFactory(slug="acme")
-    _user("acme-admin", "tenant.admin", tenant)
-    console.login("acme-admin")
-    console.go("/t/acme/budgets/")
+    acme_admin_at(console, "/t/acme/budgets/")
     console.fill("#budget-form [name=name]", "quarterly")
     console.fill("#budget-form [name=limit_usd]", "12.5")
     console.fill("#budget-form [name=thresholds]", "50, 90")
@@ -277,10 +241,9 @@ def test_regenerating_a_key_shows_its_new_secret_once_and_a_reload_makes_no_thir
 ) -> None:
     from tenants.models import ApiKey
     from tenants.services import keys
-    from tests.factories import TenantFactory, actor_for
+    from tests.factories import actor_for
 
-    tenant = TenantFactory(slug="acme")
-    admin = _user("acme-admin", "tenant.admin", tenant)
+    tenant, admin = acme_with_admin()
     old = keys.api_key_create(actor=actor_for(admin), tenant=tenant, name="checkout")
     console.login("acme-admin")
     console.go("/t/acme/keys/")
@@ -300,10 +263,9 @@ def test_regenerating_a_key_shows_its_new_secret_once_and_a_reload_makes_no_thir
 
 def test_an_edit_shows_as_a_diff_in_the_budgets_history(console) -> None:
     from billing.services import budget_create
-    from tests.factories import TenantFactory, actor_for
+    from tests.factories import actor_for
 
-    tenant = TenantFactory(slug="acme")
-    admin = _user("acme-admin", "tenant.admin", tenant)
+    tenant, admin = acme_with_admin()
     budget = budget_create(
         actor=actor_for(admin), tenant=tenant, name="monthly", period="month", limit_micros=DOLLAR
     )
@@ -332,15 +294,13 @@ def test_an_edit_shows_as_a_diff_in_the_budgets_history(console) -> None:
 
 def test_the_platform_audit_page_filters_by_actor_action_and_outcome(console) -> None:
     from billing.services import budget_create
-    from tests.factories import HumanFactory, TenantFactory, actor_for, bind
+    from tests.factories import actor_for
 
-    tenant = TenantFactory(slug="acme")
-    admin = _user("acme-admin", "tenant.admin", tenant)
+    tenant, admin = acme_with_admin()
     budget_create(
         actor=actor_for(admin), tenant=tenant, name="monthly", period="month", limit_micros=DOLLAR
     )
-    ops = HumanFactory(username="ops", password=PASSWORD)
-    bind(ops, "platform.admin", None)
+    platform_admin_create()
     console.login("ops")
     console.go("/platform/audit/")
     console.check()

@@ -149,12 +149,12 @@ def test_the_hold_is_an_upper_bound_with_the_models_max_output_when_max_tokens_i
 def _reserve(periods, hold_id: str, amount: int, ttl: float):
     from billing.services import budget_reservations as holds
     from controlplane import ops
+    from controlplane.redis.budget import budget_reserve
 
-    keys, args = holds.reserve_args(
+    call = holds.reserve_call(
         periods=periods, hold_id=hold_id, amount_micros=amount, ttl_seconds=ttl
     )
-    reply = ops.redis_client().register_script(holds.RESERVE_SCRIPT)(keys=keys, args=args)
-    return holds.reserve_outcome(reply, periods)
+    return holds.reserve_outcome(budget_reserve(ops.redis_client(), call), periods)
 
 
 def test_holds_of_a_crashed_gateway_expire_and_free_the_budget(tenant_keys, redis_flush):
@@ -187,13 +187,14 @@ def test_a_settled_hold_stays_pending_until_the_ledger_books_the_request_once(
     from billing.services import budget_reservations as holds
     from billing.services.usage import usage_flush, usage_record
     from controlplane import ops
+    from controlplane.redis.budget import budget_settle
 
     acme = tenant_keys["gw-acme"]
     budget = hard_budget(acme, limit_micros=10_000)
     tenant_id, principal_id = str(acme["tenant"].pk), str(acme["sa"].pk)
     periods = holds.budget_periods_load(tenant_id=tenant_id, principal_id=principal_id)
     assert _reserve(periods, "gw-a", 500, ttl=60) is None
-    keys, args = holds.settle_args(
+    call = holds.settle_call(
         periods=periods,
         hold_id="gw-a",
         tenant_id=tenant_id,
@@ -201,9 +202,8 @@ def test_a_settled_hold_stays_pending_until_the_ledger_books_the_request_once(
         amount_micros=500,
         actual_micros=420,
     )
-    settle = ops.redis_client().register_script(holds.SETTLE_SCRIPT)
-    assert settle(keys=keys, args=args) == 1
-    assert settle(keys=keys, args=args) == 0  # a second settle of the same hold: no-op
+    assert budget_settle(ops.redis_client(), call) is True
+    assert budget_settle(ops.redis_client(), call) is False  # a second settle: no-op
     live = holds.budget_period_live(period_id=periods[0].id)
     assert (live["spent_nanos"], live["reserved"]) == (0, 420)  # pending, not yet spent
     message = ops.redis_client().lindex(holds.settle_queue_key(), 0)

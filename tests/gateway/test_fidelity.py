@@ -220,6 +220,26 @@ def test_tools_for_a_model_only_reference_workers_serve_are_refused_by_name(
     assert raised.value.body["param"] == "tools"
 
 
+def test_a_workers_own_400_is_reshaped_as_upstream_rejected_with_its_param(
+    live_server_url, ref_workers, tenant_keys
+):
+    """A negative ``temperature`` passes the gateway (it checks only that it is a number;
+    the range is each engine's) and the reference worker refuses it as vLLM does: the
+    worker's 400 reaches the client as ``upstream_rejected``, its message and param kept."""
+    client = _client(live_server_url, tenant_keys["gw-acme"]["key"])
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=2,
+            temperature=-1,
+        )
+    assert raised.value.status_code == 400
+    assert raised.value.body["code"] == "upstream_rejected"
+    assert raised.value.body["param"] == "temperature"
+    assert "temperature must be non-negative" in raised.value.body["message"]
+
+
 @pytest.mark.parametrize(
     "raw",
     [

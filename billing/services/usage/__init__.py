@@ -15,9 +15,7 @@ from billing.services.usage.flush import (
 )
 from billing.services.usage.pricing_rows import price_row
 from billing.services.usage.queue import (
-    _CLAIM_SCRIPT,
     EPOCH,
-    _keys,
     queue_key,
     usage_message,
     usage_queue_append,
@@ -28,9 +26,7 @@ from billing.services.usage.queue import (
 __all__ = [
     "EPOCH",
     "ROLLUP_LOCK",
-    "_CLAIM_SCRIPT",
     "FlushResult",
-    "_keys",
     "book_cost",
     "cache_creation_record",
     "micros_sql",

@@ -38,13 +38,13 @@ from billing.selectors.prices import PriceIndex
 from billing.services.ledger_booking import ROLLUP_LOCK, Booking, ledger_book
 from billing.services.usage.pricing_rows import price_row
 from billing.services.usage.queue import (
-    _CLAIM_SCRIPT,
     EPOCH,
     _decoder,
-    _keys,
     _Message,
 )
 from controlplane import ops
+from controlplane.redis import keys
+from controlplane.redis.queues import list_claim
 
 logger = logging.getLogger(__name__)
 
@@ -320,7 +320,7 @@ def _flush_batch(batch_key: str, result: FlushResult) -> None:
     if messages:
         _write_batch(messages, result)
     # Only after the commit: a crash before this line replays the batch (idempotent).
-    _, claims = _keys()
+    claims = keys.usage_claims()
     client.delete(batch_key)
     client.zrem(claims, batch_key)
     result.batches += 1
@@ -335,11 +335,16 @@ def usage_batch_claim(*, batch_size: int, now: float | None = None) -> str | Non
     The claim is stamped ``now`` (default: the current time); a batch still claimed a lease
     later belongs to a flush that died, and the next flush recovers it.
     """
-    queue, claims = _keys()
-    batch_key = f"{queue}:batch:{uuid.uuid4().hex}"
-    stamp = time.time() if now is None else now
-    claim = ops.redis_client().register_script(_CLAIM_SCRIPT)
-    return batch_key if claim(keys=[queue, batch_key, claims], args=[batch_size, stamp]) else None
+    batch_key = keys.usage_batch(uuid.uuid4().hex)
+    moved = list_claim(
+        ops.redis_client(),
+        queue=keys.usage_queue(),
+        batch=batch_key,
+        claims=keys.usage_claims(),
+        limit=batch_size,
+        claimed_at=time.time() if now is None else now,
+    )
+    return batch_key if moved else None
 
 
 def usage_flush(*, batch_size: int | None = None, max_batches: int | None = None) -> FlushResult:
@@ -353,10 +358,10 @@ def usage_flush(*, batch_size: int | None = None, max_batches: int | None = None
     max_batches = max_batches or settings.CACHEPLANE_BILLING_FLUSH_MAX_BATCHES
     lease = settings.CACHEPLANE_BILLING_FLUSH_LEASE_SECONDS
     client = ops.redis_client()
-    queue, claims = _keys()
+    claims = keys.usage_claims()
     result = FlushResult()
     # redis-py's lock: a token per holder, released only by its holder, gone after lease.
-    lock = client.lock(f"{queue}:lock", timeout=lease, blocking=False)
+    lock = client.lock(keys.usage_flush_lock(), timeout=lease, blocking=False)
     if not lock.acquire():
         result.skipped = True
         return result

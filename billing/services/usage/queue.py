@@ -12,30 +12,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-from django.conf import settings
 
 from billing.errors import InvalidUsage
 from billing.models import Provider, UsageKind, UsageStatus
 from billing.pricing import UsageCounts
 from controlplane import ops
+from controlplane.redis import keys
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-_CLAIM_SCRIPT = """
-local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
-if #items == 0 then return 0 end
-redis.call('LTRIM', KEYS[1], #items, -1)
-for i = 1, #items, 1000 do
-  redis.call('RPUSH', KEYS[2], unpack(items, i, math.min(i + 999, #items)))
-end
-redis.call('ZADD', KEYS[3], ARGV[2], KEYS[2])
-return #items
-"""
 
 
 class _Message(msgspec.Struct, array_like=True):
@@ -91,12 +79,7 @@ _decoder = msgspec.msgpack.Decoder(_Message)
 
 
 def queue_key() -> str:
-    return settings.CACHEPLANE_BILLING_USAGE_QUEUE_KEY
-
-
-def _keys() -> tuple[str, str]:
-    base = queue_key()
-    return base, f"{base}:claims"
+    return keys.usage_queue()
 
 
 def _optional_uuid(name: str, value: object) -> str | None:
