@@ -166,5 +166,5 @@ CACHEPLANE_WS_RECHECK_SECONDS = env_float("CACHEPLANE_WS_RECHECK_SECONDS", 5.0, 
 # How many random money-path sequences tests/billing/test_ledger_property.py generates: a
 # few in the plain suite, 2,000 in CI's .ci/steps/45-ledger-property.sh.
 CACHEPLANE_LEDGER_PROPERTY_SEQUENCES = env_int(
-    "CACHEPLANE_LEDGER_PROPERTY_SEQUENCES", 100, minimum=1
+    "CACHEPLANE_LEDGER_PROPERTY_SEQUENCES", 30, minimum=1
 )

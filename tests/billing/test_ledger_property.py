@@ -5,7 +5,7 @@ the Redis counter equal Σ ledger + Σ storage of the period, to the nano-dollar
 
 Steps call the services directly (no HTTP) and sequences are short, so thousands run in
 seconds. The count is the ``CACHEPLANE_LEDGER_PROPERTY_SEQUENCES`` setting (env var of
-the same name): the plain suite runs a few hundred, CI's step ``45-ledger-property.sh``
+the same name): the plain suite runs 30, CI's step ``45-ledger-property.sh``
 runs 2,000. Derandomized and without an example database: the same sequences every run.
 """
 

@@ -366,7 +366,7 @@ def test_usage_goes_straight_to_the_ledger_when_the_queue_is_unreachable(tenant_
         ]
     )
     ops.redis_client.cache_clear()
-    row = UsageRecord.objects.all_tenants().get(client_request_id="req-no-redis")
+    row = UsageRecord.objects.all_tenants().get(request_id="req-no-redis")
     assert (row.prompt_tokens, row.cached_read_tokens, row.output_tokens) == (100, 64, 3)
 
 
