@@ -22,7 +22,13 @@ def new_request_id() -> str:
 
 
 def sanitize_request_id(candidate: str | None) -> str:
-    """Keep a well-formed incoming id (for cross-service tracing), else mint one."""
+    """Keep a well-formed incoming id (for cross-service tracing), else mint one.
+
+    For tracing only: a caller chooses (and may reuse) this id, so it must never be an
+    idempotency or ledger key. The gateway books each request under a key it mints
+    itself (``billing.services.budget_reservations.hold_new_id``) and keeps this id in
+    the ledger's ``client_request_id`` column.
+    """
     if candidate and _VALID_ID.match(candidate):
         return candidate
     return new_request_id()

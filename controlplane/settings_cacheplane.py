@@ -162,3 +162,9 @@ CACHEPLANE_ROUTING_INDEX = env_choice(
 # re-decides access (tenants.access) — a logout, revoked key, removed binding or
 # suspension closes it within this many seconds.
 CACHEPLANE_WS_RECHECK_SECONDS = env_float("CACHEPLANE_WS_RECHECK_SECONDS", 2.0, minimum=0.05)
+
+# How many random money-path sequences tests/billing/test_ledger_property.py generates: a
+# few in the plain suite, 2,000 in CI's .ci/steps/45-ledger-property.sh.
+CACHEPLANE_LEDGER_PROPERTY_SEQUENCES = env_int(
+    "CACHEPLANE_LEDGER_PROPERTY_SEQUENCES", 30, minimum=1
+)

@@ -62,13 +62,16 @@ def hold_ttl_seconds() -> float:
     return settings.CACHEPLANE_GATEWAY_UPSTREAM_TIMEOUT_SECONDS + 30.0
 
 
-async def plan(identity: Identity, *, amount_micros: int | None, request_id: str) -> Hold | None:
+async def plan(
+    identity: Identity, *, amount_micros: int | None, request_id: str, hold_id: str = ""
+) -> Hold | None:
     """The hold this request needs (None: no budget applies, nothing to hold), or 402.
 
     No price under a hard budget: ``price_not_found`` (fail closed: reserving 0 would
     let the request through unbounded). No price under soft budgets only: a hold of 0
     (the ledger prices the usage when a price appears). ``gateway.limits.admit`` takes
-    the hold, atomically with the rate limits.
+    the hold, atomically with the rate limits. ``hold_id``: the request's ledger key
+    (the ledger's booking of the request drops the hold by it); minted when not given.
     """
     periods = await periods_for(identity)
     if not periods:
@@ -85,7 +88,7 @@ async def plan(identity: Identity, *, amount_micros: int | None, request_id: str
             )
         amount_micros = 0
     return Hold(
-        hold_id=holds.hold_new_id(),
+        hold_id=hold_id or holds.hold_new_id(),
         periods=periods,
         amount_micros=amount_micros,
         tenant_id=identity.tenant_id,

@@ -81,6 +81,9 @@ class Meter:
     routed_tokens: int = 0  # of which routing sent to the worker expected to hold it
     cost_micros: int | None = None  # priced by the caller already (else priced here)
     extra: dict[str, Any] = field(default_factory=dict)
+    client_request_id: str = ""  # the caller's X-Request-Id (``request_id`` is the ledger key)
+    started_at: float | None = None  # wall clock at arrival: the ledger's occurred_at
+    estimate_nanos: int | None = None  # no usage reported: this estimate is booked
 
 
 def cost_micros(meter: Meter) -> int:
@@ -177,7 +180,13 @@ def encode_usage(meters: Sequence[Meter]) -> tuple[list[bytes], list[Meter]]:
                     request_id=meter.request_id,
                     provider=meter.provider,
                     model=meter.model,
-                    occurred_at=datetime.now(tz=UTC),
+                    # The time of the work (its start), not of the flush or the finish:
+                    # prices and budget periods apply at the moment the request ran.
+                    occurred_at=datetime.fromtimestamp(meter.started_at, tz=UTC)
+                    if meter.started_at
+                    else datetime.now(tz=UTC),
+                    client_request_id=meter.client_request_id,
+                    estimate_nanos=meter.estimate_nanos,
                     prompt_tokens=meter.prompt_tokens,
                     cached_read_tokens=meter.cached_tokens,
                     output_tokens=meter.output_tokens,

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from billing.pricing import UsageCounts
+from billing.services.budget_reservations import hold_new_id
 from controlplane.db import db_sync_to_async
 from controlplane.request_context import sanitize_request_id
 from gateway import budget, closing, fairshare, limits, pricing, ratelimit
@@ -47,8 +48,10 @@ PRIORITIES = ("interactive", "batch")
 
 async def handle(request: Request, kind: str) -> Response:
     """Answer one ``/v1/chat/completions`` or ``/v1/completions`` request."""
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
+    # The caller's id is for tracing only: the ledger key (= hold id) is the gateway's own.
     request_id = sanitize_request_id(request.headers.get("x-request-id"))
+    ledger_key = hold_new_id()
     books = _Books()
     try:
         # 1-2. authenticate and authorize (inference.invoke), then parse and check.
@@ -56,6 +59,7 @@ async def handle(request: Request, kind: str) -> Response:
             request.headers.get("authorization"), source=scope_source(request.scope)
         )
         call = await _parse(request, kind, identity, request_id, started)
+        call.ledger_key, call.started_at = ledger_key, started_at
         adapter = await adapter_for(call.model, call.cache)
         adapter.prepare(call)  # honoured or refused: never silently dropped
         books.open(call, adapter.provider)
@@ -91,9 +95,15 @@ async def handle(request: Request, kind: str) -> Response:
         books.sent = True
         answer = await adapter.send(call, target)
     except GatewayError as exc:
-        await books.close(status="upstream_error")
+        # Timed out after sending: the provider may have billed the work; the reservation
+        # is booked as a flagged estimate (corrected by ``usage_estimate_correct``).
+        timed_out = books.sent and exc.code == "upstream_timeout"
+        await books.close(
+            status="upstream_timeout" if timed_out else "upstream_error", estimate=timed_out
+        )
         response = exc.response()
         response.headers["x-request-id"] = request_id
+        response.headers["x-cacheplane-ledger-key"] = ledger_key
         for name, value in books.rate_headers().items():
             response.headers.setdefault(name, value)
         return response
@@ -113,6 +123,7 @@ async def handle(request: Request, kind: str) -> Response:
     # 8. meter and settle: now for a body, when the stream ends (or breaks) otherwise.
     headers = {
         "x-request-id": request_id,
+        "x-cacheplane-ledger-key": ledger_key,
         "x-cacheplane-overhead-ms": f"{(upstream_started - started) * 1000:.2f}",
         **answer.headers,
         **books.rate_headers(),
@@ -147,7 +158,9 @@ async def _price_and_admit(books: _Books, call: Call, provider: str, pool: str) 
         call_id=call.request_id + ":" + str(id(call)),
         estimated_tokens=call.estimated_tokens,
     )
-    hold = await budget.plan(identity, amount_micros=estimate, request_id=call.request_id)
+    hold = await budget.plan(
+        identity, amount_micros=estimate, request_id=call.request_id, hold_id=call.ledger_key
+    )
     await limits.admit(identity, books.admission, hold, request_id=call.request_id)
     books.hold = hold
 
@@ -296,9 +309,10 @@ class _Books:
     def rate_headers(self) -> dict[str, str]:
         return self.admission.headers if self.admission is not None else {}
 
-    async def close(self, *, status: str) -> None:
+    async def close(self, *, status: str, estimate: bool = False) -> None:
         """Give back the fair-share slot and the rate-limit slot, settle the hold with
-        the request's cost, record usage. Never raises (the answer is already decided)."""
+        the request's cost, record usage. Never raises (the answer is already decided).
+        ``estimate``: no usage came back (a timeout); the reservation is booked, flagged."""
         if self.closed:
             return
         self.closed = True
@@ -319,6 +333,11 @@ class _Books:
         )
         used = usage.prompt_tokens + usage.output_tokens  # audio output included
         cost = pricing.cost_micros(self.rates, counts)
+        estimate_nanos = None
+        if estimate and self.sent:
+            estimate_micros = self._reserved_micros(call)
+            if estimate_micros is not None:
+                cost, estimate_nanos = estimate_micros, estimate_micros * 1000
         part = limits.close_part(
             self.admission,
             self.hold,
@@ -331,7 +350,10 @@ class _Books:
         target = self.target
         extra = call.extra
         meter = Meter(
-            request_id=call.request_id,
+            request_id=call.ledger_key or call.request_id,
+            client_request_id=call.request_id,
+            started_at=call.started_at or None,
+            estimate_nanos=estimate_nanos,
             tenant_id=call.identity.tenant_id,
             tenant_slug=call.identity.tenant_slug,
             key_id=call.identity.key_id,
@@ -358,6 +380,15 @@ class _Books:
             cost_micros=cost if self.rates is not None else None,
         )
         await closing.close(part, meter)
+
+    def _reserved_micros(self, call: Call) -> int | None:
+        """Its hold, else its priced upper bound (None: no price, nothing to estimate)."""
+        if self.hold is not None and self.hold.amount_micros:
+            return self.hold.amount_micros
+        if self.rates is None:
+            return None
+        bound, most = call.prompt_tokens_bound, call.max_output_tokens
+        return pricing.upper_bound_micros(self.rates, prompt_tokens=bound, max_output_tokens=most)
 
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:

@@ -1,15 +1,18 @@
 """The price step: an upper bound of a request's cost before it runs, its cost after.
 
 Prices come from billing's price book (``billing.selectors.prices``) and are cached per
-(provider, model, pool) for ``RATES_CACHE_SECONDS``; the arithmetic is billing's
-(``billing.pricing``), so the hold, the settlement and the ledger agree to the µ$.
-Priced after routing: a vLLM request's price is its pool's, known once a worker is
+(provider, model, pool) for ``RATES_CACHE_SECONDS``, emptied at once when a price changes
+(billing publishes on ``PRICES_CHANNEL`` after commit; each gateway process listens); the
+arithmetic is billing's (``billing.pricing``), so the hold, the settlement and the ledger
+agree to the µ$. Priced after routing: a vLLM request's price is its pool's, known once a worker is
 chosen.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -19,8 +22,11 @@ from cachetools import TTLCache
 
 from billing.pricing import Cost, UsageCounts, gpu_cost, token_cost
 from controlplane.db import db_sync_to_async
+from controlplane.redis import keys
 
+logger = logging.getLogger(__name__)
 RATES_CACHE_SECONDS = 60.0
+PRICES_CHANNEL = keys.prices_changed_channel()  # billing.services.prices publishes here
 Rates = tuple[Callable[[UsageCounts, Any], Cost], Any]
 
 
@@ -66,8 +72,46 @@ def rates_cached(provider: str, model: str, pool: str) -> Rates | None:
     return value
 
 
+# Event loop id → (loop, its listener task); a test server's new loop gets its own.
+_listeners: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Task[None]]] = {}
+
+
+def _listen_for_changes() -> None:
+    """Start (once per event loop) the task that empties the cache on a price change."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no running loop: the TTL bounds staleness
+        return
+    entry = _listeners.get(id(loop))
+    if entry is not None and entry[0] is loop and not entry[1].done():
+        return
+    if len(_listeners) > 16:  # loops of finished test servers (their tasks died with them)
+        _listeners.clear()
+    _listeners[id(loop)] = (loop, loop.create_task(_listen()))
+
+
+async def _listen() -> None:
+    from controlplane.redis.clients import async_client
+
+    while True:
+        try:
+            async with async_client().pubsub() as pubsub:
+                await pubsub.subscribe(PRICES_CHANNEL)
+                forget()  # whatever changed while this process was not subscribed
+                async for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        forget()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.warning("price change listener lost its connection; retrying")
+            forget()
+            await asyncio.sleep(1.0)
+
+
 async def rates(provider: str, model: str, pool: str) -> Rates | None:
     """:func:`rates_cached` without blocking the loop on a cache miss."""
+    _listen_for_changes()
     cached: Rates | None | Literal[_Missing.MISSING]
     with _lock:
         cached = _rates.get((provider, model, pool), _MISSING)

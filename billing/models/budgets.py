@@ -83,6 +83,11 @@ class Budget(models.Model):
 class BudgetPeriod(models.Model):
     """A budget's counters for one period: what was spent and what is reserved.
 
+    ``spent_nanos`` moves only through the ledger's booking path
+    (``billing.services.ledger_booking``): every ledger row and storage accrual of the
+    period adds its exact cost when it is booked; holds (``reserved_micros``) are
+    reservations only and never add spend.
+
     Reservations increment ``reserved_micros`` with one conditional UPDATE (``spent +
     reserved + x <= limit``), which PostgreSQL serializes on the row: concurrent requests
     can never reserve past the limit.
@@ -95,7 +100,14 @@ class BudgetPeriod(models.Model):
     period_end = models.DateTimeField()
     limit_micros = models.BigIntegerField()
     hard_limit = models.BooleanField(default=True)
-    spent_micros = models.BigIntegerField(default=0)
+    spent_micros = models.BigIntegerField(
+        default=0, help_text="spent_nanos rounded half-even (kept in step by every write)."
+    )
+    spent_nanos = models.BigIntegerField(
+        default=0,
+        db_default=0,
+        help_text="Exact spend: the sum of the period's ledger rows and storage accruals.",
+    )
     reserved_micros = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -15,11 +15,13 @@ class UsageStatus(models.TextChoices):
     OK = "ok", "OK"
     UPSTREAM_ERROR = "upstream_error", "Upstream error"
     CLIENT_DISCONNECT = "client_disconnect", "Client disconnected"
+    UPSTREAM_TIMEOUT = "upstream_timeout", "Timed out after sending (cost estimated)"
 
 
 class UsageKind(models.TextChoices):
     REQUEST = "request", "A request through the gateway"
     CACHE_CREATE = "cache_create", "Writing an explicit cache (Vertex creation)"
+    CACHE_WARMUP = "cache_warmup", "A cache's warm-up or pin-probe prefill (self-hosted)"
 
 
 class UsageRecord(models.Model):
@@ -27,7 +29,9 @@ class UsageRecord(models.Model):
 
     Not the audit log: ``billing reprice`` may rewrite the cost columns after a price
     correction (the reprice itself is audited). Written in batches by the flush task;
-    ``(tenant, request_id)`` makes the flush idempotent. Rows without a price at their
+    ``(tenant, request_id)`` makes the flush idempotent; ``request_id`` is the ledger key
+    the producer mints (the gateway's own, never the client's ``X-Request-Id``, which is
+    kept in ``client_request_id``). Rows without a price at their
     time keep ``cost_nanos = 0`` and no price reference until a reprice finds one (the
     API counts them as ``unpriced``). ``kind`` tells requests from cache creations (the
     write of an explicit cache's tokens, which costs money and saves none).
@@ -35,7 +39,21 @@ class UsageRecord(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    request_id = models.CharField(max_length=128)
+    request_id = models.CharField(
+        max_length=128, help_text="The ledger key, minted by the booking producer (idempotency)."
+    )
+    client_request_id = models.CharField(
+        max_length=128,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The caller's X-Request-Id (tracing only; never the ledger key).",
+    )
+    estimated = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Cost is the reservation, booked as an estimate (no usage reported yet).",
+    )
     occurred_at = models.DateTimeField(help_text="When the request started (prices apply here).")
     provider = models.CharField(max_length=16, choices=Provider.choices)
     model = models.CharField(max_length=200)

@@ -56,6 +56,7 @@ class BudgetFigure:
     reserved_micros: int
     period_start: datetime | None
     period_end: datetime | None
+    spent_nanos: int = 0  # exact: Σ ledger + Σ storage of the period (spent_micros rounds it)
 
     @property
     def committed_micros(self) -> int:
@@ -81,6 +82,7 @@ class BudgetFigure:
             "hard_limit": self.hard_limit,
             "limit_micros": self.limit_micros,
             "spent_micros": self.spent_micros,
+            "spent_nanos": self.spent_nanos,
             "reserved_micros": self.reserved_micros,
             "committed_micros": self.committed_micros,
             "remaining_micros": self.remaining_micros,
@@ -111,6 +113,7 @@ def budget_figures(
             hard_limit=period.hard_limit if period else budget.hard_limit,
             limit_micros=period.limit_micros if period else budget.limit_micros,
             spent_micros=period.spent_micros if period else 0,
+            spent_nanos=period.spent_nanos if period else 0,
             reserved_micros=period.reserved_micros if period else 0,
             period_start=period.period_start if period else None,
             period_end=period.period_end if period else None,

@@ -1,20 +1,19 @@
 """Budget periods: the calendar window of a budget at a time, its counters row, which
-budgets apply to a caller, and settled spend charged to the rows."""
+budgets apply to a caller. Spend is charged to the rows by the ledger's booking path
+(``billing.services.ledger_booking``), nowhere else."""
 
 from __future__ import annotations
 
 import calendar
 from datetime import UTC, datetime, timedelta
-from typing import Any
-from uuid import UUID
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Q
 
 from billing.models import Budget, BudgetPeriod, BudgetPeriodKind
-from billing.selectors.usage import tenant_spend_micros
-from billing.services.budget_alerts import budget_alerts_raise
-from billing.services.budget_locks import budget_periods_lock
+from billing.pricing import nanos_to_micros
+from billing.selectors.usage import tenant_spend_nanos
+from billing.services.ledger_booking import ledger_lock
 from tenants.models import Tenant
 
 
@@ -39,7 +38,11 @@ def budget_period_ensure(*, budget: Budget, at: datetime) -> BudgetPeriod | None
     """The budget's period row covering ``at``, created (and seeded) when missing.
 
     Seeding: a period created after its start begins with the spend the ledger already
-    holds for it (up to the flush lag), so a budget added mid-month counts the month.
+    holds for its whole window (exact nanos: ledger rows and storage accruals booked so
+    far), so a budget added mid-month counts the month. Seed and insert run under the
+    ledger lock: a booking committed beside it is either in the seed or charged to the
+    new row by its own transaction, never both and never neither. Live holds only
+    release (they never add spend), so nothing seeded is counted again later.
     """
     bounds = period_bounds(budget, at)
     if bounds is None:
@@ -50,20 +53,28 @@ def budget_period_ensure(*, budget: Budget, at: datetime) -> BudgetPeriod | None
     ).first()
     if existing is not None:
         return existing
-    seed = tenant_spend_micros(
-        tenant_id=budget.tenant_id,
-        since=start,
-        until=min(at, end),
-        principal_id=budget.principal_id,
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO billing_budgetperiod (tenant_id, budget_id, period_start, period_end, "
-            "limit_micros, hard_limit, spent_micros, reserved_micros, created_at) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, 0, now()) "
-            "ON CONFLICT (tenant_id, budget_id, period_start) DO NOTHING",
-            [budget.tenant_id, budget.pk, start, end, budget.limit_micros, budget.hard_limit, seed],
+    with transaction.atomic():
+        ledger_lock()
+        seed = tenant_spend_nanos(
+            tenant_id=budget.tenant_id, since=start, until=end, principal_id=budget.principal_id
         )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO billing_budgetperiod (tenant_id, budget_id, period_start, "
+                "period_end, limit_micros, hard_limit, spent_micros, spent_nanos, "
+                "reserved_micros, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 0, now()) "
+                "ON CONFLICT (tenant_id, budget_id, period_start) DO NOTHING",
+                [
+                    budget.tenant_id,
+                    budget.pk,
+                    start,
+                    end,
+                    budget.limit_micros,
+                    budget.hard_limit,
+                    nanos_to_micros(seed),
+                    seed,
+                ],
+            )
     return BudgetPeriod.objects.get(tenant_id=budget.tenant_id, budget=budget, period_start=start)
 
 
@@ -85,39 +96,3 @@ def budget_periods_applicable(
     gateway's Redis holds (``billing.services.budget_reservations``)."""
     budgets = budgets_applicable(tenant=tenant, principal_id=principal_id, at=at)
     return [p for p in (budget_period_ensure(budget=b, at=at) for b in budgets) if p is not None]
-
-
-def budget_periods_charge(*, charges: dict[int, int]) -> None:
-    """Add settled spend to period rows (period id → micros) and raise crossed alerts.
-
-    Called by the batch flush of Redis holds, inside its transaction. Lock order
-    (``billing.services.budget_locks``): the budgets, then the periods, each in pk order;
-    alerts (and with them the audit chain heads) per tenant in tenant-id order, so two
-    flushes of batches spanning the same tenants take their heads in the same order.
-    """
-    moved = []
-    with connection.cursor() as cursor:
-        for period_id in budget_periods_lock(period_ids=charges):
-            spend = charges[period_id]
-            cursor.execute(
-                "UPDATE billing_budgetperiod SET spent_micros = spent_micros + %s WHERE id = %s "
-                "RETURNING id, budget_id, spent_micros, limit_micros, tenant_id",
-                [spend, period_id],
-            )
-            row = cursor.fetchone()
-            if row is not None:
-                moved.append(
-                    {
-                        "period_id": row[0],
-                        "budget_id": row[1],
-                        "old_spent": row[2] - spend,
-                        "new_spent": row[2],
-                        "limit": row[3],
-                        "tenant_id": row[4],
-                    }
-                )
-    by_tenant: dict[UUID | str, list[dict[str, Any]]] = {}
-    for m in moved:
-        by_tenant.setdefault(m["tenant_id"], []).append(m)
-    for tenant_id, rows in sorted(by_tenant.items(), key=lambda item: str(item[0])):
-        budget_alerts_raise(tenant_id=tenant_id, moved=rows)

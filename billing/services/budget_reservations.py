@@ -9,11 +9,11 @@ batch.
 Keys (``P`` = ``CACHEPLANE_BUDGET_REDIS_PREFIX``, ``id`` = the ``BudgetPeriod`` id; the
 builders are ``controlplane.redis.keys.budget_*``):
 
-- ``P:{id}`` hash: ``limit``, ``hard`` (``1``/``0``), ``spent`` (what PostgreSQL held when
-  the hash was loaded, plus everything settled through Redis since, plus every change
-  PostgreSQL made itself since: settled storage holds and reprices, mirrored after
-  commit by ``budget_periods_live_adjust``), ``reserved`` (open
-  holds), ``pg_reserved`` (holds taken in PostgreSQL: cache storage);
+- ``P:{id}`` hash: ``limit``, ``hard`` (``1``/``0``), ``spent_nanos`` (exact nano-USD:
+  what PostgreSQL held when the hash was loaded, plus every booking of the ledger since,
+  mirrored after its commit by ``billing.services.ledger_booking``: the ledger is the
+  only source of spend), ``reserved`` (open holds, and settled requests' costs pending
+  their ledger booking), ``pg_reserved`` (holds taken in PostgreSQL: cache storage);
 - ``P:{id}:holds`` sorted set of hold ids scored by expiry (ms), ``P:{id}:amounts`` hash
   hold id → amount;
 - ``P:settle`` list of settlement messages waiting for the flush, ``P:settle:batch:*`` and
@@ -21,16 +21,17 @@ builders are ``controlplane.redis.keys.budget_*``):
   died loses nothing);
 - ``P:periods`` set of period ids ever loaded (for the expiry sweep).
 
-Invariant (hard budgets): ``spent + reserved + pg_reserved <= limit`` after every
-reserve, checked and applied in one script over every period that applies (tenant-wide
-and service-account budgets together). A settle may push ``spent`` above the limit when
-the actual cost exceeds the hold: the work was done and is booked.
+Invariant (hard budgets): ``round(spent_nanos / 1000) + reserved + pg_reserved <= limit``
+after every reserve, checked and applied in one script over every period that applies
+(tenant-wide and service-account budgets together). A settle cuts the hold to the actual
+cost (which may exceed it: the work was done and will be booked) and leaves it pending;
+the ledger flush books the request's exact cost and drops the hold in one step.
 
 A gateway that dies leaves its holds behind: they carry an expiry (the upstream timeout
 plus a margin) and every reserve on the period, and the beat sweep, drop expired holds
-first. The flush inserts one ``BudgetReservation`` row per settled hold (unique per
-``(tenant, request_id)``: a replayed batch inserts nothing and charges nothing) and adds
-the sum of the inserted rows to ``BudgetPeriod.spent_micros``.
+first. The settlement flush inserts one ``BudgetReservation`` row per settled hold
+(unique per ``(tenant, request_id)``: a replayed batch inserts nothing), a record of the
+hold; it charges nothing (spend comes from the ledger only).
 
 The Lua scripts themselves are ``controlplane/redis/lua/budget_*.lua`` (billing's logic, kept
 with every other script by the package that owns Redis), run through the typed wrappers
@@ -43,7 +44,6 @@ import json
 import logging
 import time
 import uuid
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -53,7 +53,8 @@ import redis
 from django.db import connection, transaction
 
 from billing.models import BudgetPeriod
-from billing.services.budget_periods import budget_periods_applicable, budget_periods_charge
+from billing.pricing import nanos_to_micros
+from billing.services.budget_periods import budget_periods_applicable
 from controlplane import ops
 from controlplane.redis import keys
 from controlplane.redis.budget import (
@@ -64,6 +65,9 @@ from controlplane.redis.budget import (
     budget_expire,
 )
 from controlplane.redis.queues import list_claim
+
+#: How long a settled request's cost stays held while the ledger has not booked it yet.
+PENDING_SECONDS = 600
 
 logger = logging.getLogger(__name__)
 
@@ -96,10 +100,12 @@ class Refusal:
     reserved_micros: int
 
 
-def budget_periods_load(*, tenant_id: str, principal_id: str | None) -> list[PeriodView]:
+def budget_periods_load(
+    *, tenant_id: str, principal_id: str | None, at: datetime | None = None
+) -> list[PeriodView]:
     """The periods that apply to the caller, loaded into Redis (one query per call).
 
-    ``spent`` is seeded once (``HSETNX``: Redis keeps counting from there); ``limit``,
+    ``spent_nanos`` is seeded once (``HSETNX``: Redis keeps counting from there); ``limit``,
     ``hard`` and ``pg_reserved`` are refreshed on every load, so a budget change reaches
     the hot path within the caller's refresh interval. The hash lives until a week after
     the period ends.
@@ -107,7 +113,7 @@ def budget_periods_load(*, tenant_id: str, principal_id: str | None) -> list[Per
     from tenants.models import Tenant
 
     periods = budget_periods_applicable(
-        tenant=Tenant(pk=tenant_id), principal_id=principal_id, at=datetime.now(tz=UTC)
+        tenant=Tenant(pk=tenant_id), principal_id=principal_id, at=at or datetime.now(tz=UTC)
     )
     if not periods:
         return []
@@ -115,7 +121,7 @@ def budget_periods_load(*, tenant_id: str, principal_id: str | None) -> list[Per
     now = time.time()
     for period in periods:
         h, z, a = period_keys(period.pk)
-        pipe.hsetnx(h, "spent", period.spent_micros)
+        pipe.hsetnx(h, "spent_nanos", period.spent_nanos)
         pipe.hset(
             h,
             mapping={
@@ -179,7 +185,8 @@ def settle_call(
     amount_micros: int,
     actual_micros: int,
 ) -> BudgetSettle:
-    """The settle script's call: drop the hold, book ``actual_micros``."""
+    """The settle script's call: cut the hold to ``actual_micros``, pending the ledger's
+    booking of the request (``hold_id`` is its ledger key)."""
     message = ""
     if actual_micros > 0:
         message = json.dumps(
@@ -197,6 +204,7 @@ def settle_call(
         hold_id=hold_id,
         actual_micros=actual_micros,
         message=message,
+        pending_expires_ms=int((time.time() + PENDING_SECONDS) * 1000),
     )
 
 
@@ -219,18 +227,17 @@ class SettleFlushResult:
     batches: int = 0
     settlements: int = 0
     inserted: int = 0
-    charged_micros: int = 0
+    charged_micros: int = 0  # the settled µ$ recorded (spend itself comes from the ledger)
 
 
 def budget_settlements_flush(
     *, batch_size: int = 5000, max_batches: int = 20, lease_seconds: int = 300
 ) -> SettleFlushResult:
-    """Book settled holds into PostgreSQL, one transaction per batch (idempotent).
+    """Record settled holds in PostgreSQL, one transaction per batch (idempotent).
 
-    Each settlement becomes a ``BudgetReservation`` row (state settled); only rows that
-    were actually inserted add to ``BudgetPeriod.spent_micros`` (through
-    ``budget_periods_charge``, which also raises threshold alerts), so a batch replayed
-    after a crash between commit and cleanup changes nothing.
+    Each settlement becomes a ``BudgetReservation`` row (state settled): the record of
+    what was held and what the gateway settled. It charges no budget: the request's
+    spend reaches ``BudgetPeriod`` through its ledger row (``ledger_booking``), once.
     """
     client = ops.redis_client()
     claims = keys.budget_settle_claims()
@@ -290,25 +297,20 @@ def _book(raw: list[bytes], result: SettleFlushResult) -> None:
                 ],
             )
             inserted = cursor.fetchall()
-        charges: dict[int, int] = defaultdict(int)
-        for period_ids, actual in inserted:
-            for period_id in period_ids:
-                charges[period_id] += actual
-        budget_periods_charge(charges=dict(charges))
     result.inserted += len(inserted)
     result.charged_micros += sum(actual for _, actual in inserted)
 
 
 def budget_periods_live_adjust(*, deltas: dict[int, int]) -> int:
-    """Mirror spend changes made in PostgreSQL onto the loaded Redis counters.
+    """Mirror spend changes (period id → nanos) made in PostgreSQL onto the loaded Redis
+    counters.
 
-    ``spent`` in Redis is seeded once from PostgreSQL and then counts the gateway's
-    settlements itself, so a change that only PostgreSQL saw (a settled cache-storage
-    hold, a reprice's recomputation) must be added here too, or the hot path keeps the
-    old figure. Increments, not a ``SET``: settlements the gateway made meanwhile stay
-    counted. Called after commit; returns how many loaded periods moved. Redis down:
-    logged, the caller's commit stands (the hot path refuses with ``limits_unavailable``
-    until it is back).
+    ``spent_nanos`` in Redis is seeded once from PostgreSQL and then follows the ledger's
+    bookings, so a change that only PostgreSQL saw (a reprice's recomputation) must be
+    added here too, or the hot path keeps the old figure. Increments, not a ``SET``:
+    bookings made meanwhile stay counted. Called after commit; returns how many loaded
+    periods moved. Redis down: logged, the caller's commit stands (the hot path refuses
+    with ``limits_unavailable`` until it is back).
     """
     moving = {pid: d for pid, d in deltas.items() if d}
     if not moving:
@@ -316,7 +318,7 @@ def budget_periods_live_adjust(*, deltas: dict[int, int]) -> int:
     try:
         client = ops.redis_client()
         return sum(
-            budget_adjust(client, period_id=pid, delta_micros=delta)
+            budget_adjust(client, period_id=pid, delta_nanos=delta)
             for pid, delta in sorted(moving.items())
         )
     except redis.RedisError:
@@ -331,10 +333,14 @@ def budget_periods_live_adjust_on_commit(*, deltas: dict[int, int]) -> None:
 
 
 def budget_period_live(*, period_id: int) -> dict[str, int]:
-    """The Redis counters of one period (tests, the console): spent, reserved, limit."""
+    """The Redis counters of one period (tests, the console): spent_nanos, reserved,
+    limit, and ``spent`` (µ$, the rounding of spent_nanos, as ``spent_micros``)."""
     h, _, _ = period_keys(period_id)
     values = cast("dict[bytes, bytes]", ops.redis_client().hgetall(h))
-    return {k.decode(): int(v) for k, v in values.items()}
+    live = {k.decode(): int(v) for k, v in values.items()}
+    if "spent_nanos" in live:
+        live["spent"] = nanos_to_micros(live["spent_nanos"])
+    return live
 
 
 __all__ = [

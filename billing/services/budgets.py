@@ -15,9 +15,11 @@ Reservation algorithm (the hard limit holds before any work is done):
    PostgreSQL serializes writers on the row and re-checks the condition against the
    latest committed version, so N concurrent requests can never reserve past the limit;
    a refusal rolls back every hold already taken and raises ``budget_exceeded`` (402);
-3. settlement moves the hold to ``spent_micros`` with the actual cost (which may exceed
-   the estimate: the work was done), release drops it, and a beat task expires holds
-   nobody came back for.
+3. settlement drops the hold and records the actual cost on the reservation; release
+   drops it too, and a beat task expires holds nobody came back for. Neither adds
+   spend: spend reaches ``spent_nanos`` only through the ledger's booking path
+   (``billing.services.ledger_booking``), when the cost is booked (a cache's storage as
+   it accrues, which also shrinks its storage hold), so no cost is ever counted twice.
 
 Which budgets apply and their period rows: ``billing.services.budget_periods``; the
 threshold alerts a settlement raises: ``billing.services.budget_alerts``.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -49,7 +52,6 @@ from billing.services.budget_crud import (  # noqa: F401 - the gateway imports t
 )
 from billing.services.budget_locks import budget_periods_lock
 from billing.services.budget_periods import budget_period_ensure, budgets_applicable
-from billing.services.budget_reservations import budget_periods_live_adjust_on_commit
 from billing.services.storage import storage_estimate_micros
 from tenants.actor import Actor, AuthMethod
 from tenants.models import Principal, Tenant
@@ -242,7 +244,8 @@ def _pins_allowed_or_raise(
 
 
 def _move(reservation: BudgetReservation, *, release: int, spend: int) -> list[dict[str, Any]]:
-    """Apply -release to reserved and +spend to spent on each period; return the rows."""
+    """Apply -release to reserved (and +spend µ$, always 0 now that spend comes from the
+    ledger) on each period; return the rows."""
     moved = []
     with connection.cursor() as cursor:
         for period_id in budget_periods_lock(period_ids=reservation.period_ids):
@@ -267,11 +270,12 @@ def _move(reservation: BudgetReservation, *, release: int, spend: int) -> list[d
 
 
 def budget_settle(*, reservation: BudgetReservation, actual_micros: int) -> BudgetReservation:
-    """Charge the actual cost and drop the hold (idempotent: a second settle is a no-op).
+    """Drop the hold and record the actual cost (idempotent: a second settle is a no-op).
 
-    A settle after the sweeper expired the hold still charges the actual cost (the work
-    was done). Thresholds crossed by the new spend raise alerts (once per threshold and
-    period) in the same transaction; webhooks go out after commit.
+    Spends nothing: the cost the hold reserved is booked through the ledger
+    (``billing.services.ledger_booking``; a cache's storage accrues there as it runs), so
+    settling it here too would count it twice. ``actual_micros`` is kept on the
+    reservation as the record of what the hold covered.
     """
     if not isinstance(actual_micros, int) or actual_micros < 0:
         raise InvalidUsage("actual_micros must be a non-negative integer.")
@@ -285,15 +289,35 @@ def budget_settle(*, reservation: BudgetReservation, actual_micros: int) -> Budg
         if locked.state in (ReservationState.SETTLED, ReservationState.RELEASED):
             return locked
         release = locked.amount_micros if locked.state == ReservationState.HELD else 0
-        moved = _move(locked, release=release, spend=actual_micros)
-        # Redis counts the gateway's settlements itself; this one only PostgreSQL saw.
-        budget_periods_live_adjust_on_commit(deltas={m["period_id"]: actual_micros for m in moved})
+        if release:
+            _move(locked, release=release, spend=0)
         locked.state = ReservationState.SETTLED
         locked.actual_micros = actual_micros
         locked.finished_at = timezone.now()
         locked.save(update_fields=["state", "actual_micros", "finished_at"])
-        budget_alerts_raise(tenant_id=locked.tenant_id, moved=moved)
     return locked
+
+
+def budget_hold_consume(*, tenant_id: UUID | str, request_id: str, micros: int) -> int:
+    """Shrink a held PostgreSQL reservation by cost just booked against it (a cache's
+    storage as it accrues): the hold keeps reserving only what is still to come, so hold
+    plus spend never counts a booked cost twice. Returns the µ$ released (0: no hold)."""
+    if micros <= 0:
+        return 0
+    with transaction.atomic():
+        locked = (
+            BudgetReservation.objects.select_for_update()
+            .filter(tenant_id=tenant_id, request_id=request_id, state=ReservationState.HELD)
+            .first()
+        )
+        if locked is None or locked.amount_micros <= 0:
+            return 0
+        release = min(micros, locked.amount_micros)
+        _move(locked, release=release, spend=0)
+        BudgetReservation.objects.filter(pk=locked.pk, tenant_id=tenant_id).update(
+            amount_micros=locked.amount_micros - release
+        )
+    return release
 
 
 def budget_release(*, reservation: BudgetReservation) -> BudgetReservation:

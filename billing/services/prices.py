@@ -17,6 +17,7 @@ are validated by ``billing.services.price_rates``.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -34,7 +35,10 @@ from billing.services.price_rates import (
     model_rates_merge,
     pool_rates_clean,
 )
+from controlplane.redis import keys
 from tenants.actor import Actor
+
+logger = logging.getLogger(__name__)
 
 
 def _lock_key(kind: str, key: dict[str, str]) -> None:
@@ -55,6 +59,24 @@ def _overlaps(
 
 # The two concrete price-version models (PriceVersionBase is abstract: no manager).
 _Price = TypeVar("_Price", ModelPrice, PoolPrice)
+
+
+#: Redis pub/sub channel told after every committed price change: the gateway's price
+#: cache (``gateway.pricing``) empties itself on each message, so a new price applies to
+#: holds at once, not when a cached entry times out.
+PRICES_CHANNEL = keys.prices_changed_channel()
+
+
+def _prices_changed_on_commit() -> None:
+    def publish() -> None:
+        from controlplane import ops
+
+        try:
+            ops.redis_client().publish(PRICES_CHANNEL, "1")
+        except Exception:  # the cache's own expiry (60 s) still bounds the staleness
+            logger.warning("price change not published to the gateways", exc_info=True)
+
+    transaction.on_commit(publish)
 
 
 def _version_create(
@@ -130,6 +152,7 @@ def _version_create(
                 "closed_version": truncated.version if truncated else None,
             },
         )
+        _prices_changed_on_commit()
     return price
 
 
@@ -180,6 +203,7 @@ def _version_correct(
             changes=diff(before, model_snapshot(new)),
             details={**key, "corrects": old.pk, "source": source, "note": note},
         )
+        _prices_changed_on_commit()
     return new
 
 

@@ -41,6 +41,7 @@ from billing.services.budget_reservations import (
     budget_periods_live_adjust_on_commit,
     budget_settlements_flush,
 )
+from billing.services.ledger_booking import ledger_lock
 from billing.services.storage import _seconds, hour_floor
 from billing.services.usage import ROLLUP_LOCK, micros_sql, usage_flush
 from tenants.actor import Actor
@@ -92,6 +93,20 @@ ON CONFLICT (tenant_id, granularity, bucket, provider, model) DO UPDATE SET
 )
 
 
+def rollup_delta_apply(
+    *, tenant_id: str, at: datetime, provider: str, model: str, nanos: int, without_nanos: int
+) -> None:
+    """Move one (tenant, minute/day, model) rollup by exact nano deltas (its µ$ column is
+    recomputed from the new nano total). The caller holds the ledger lock."""
+    if not nanos and not without_nanos:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _ROLLUP_DELTA_SQL,
+            [[tenant_id], [at], [provider], [model], [nanos], [without_nanos], [0]],
+        )
+
+
 @dataclass
 class RepriceResult:
     rows_scanned: int = 0
@@ -101,7 +116,11 @@ class RepriceResult:
     storage_rows_changed: int = 0
     storage_delta_nanos: int = 0
     budget_periods_recomputed: int = 0
-    budget_delta_micros: int = 0
+    budget_delta_nanos: int = 0
+
+    @property
+    def budget_delta_micros(self) -> int:
+        return nanos_to_micros(self.budget_delta_nanos)
 
     @property
     def delta_micros(self) -> int:
@@ -250,31 +269,34 @@ def _reprice_storage(
 
 
 def budget_period_recompute(*, period: BudgetPeriod) -> int:
-    """Set one period's spend to what the ledger and storage hold for it; returns the delta.
+    """Set one period's spend to what the ledger and storage hold for it; returns the
+    delta in nanos.
 
     Locked row, one statement: reservations (``reserved_micros``) are left alone. The
-    figure is the µ$ of the exact nano sum (request costs of the period, of the budget's
-    service account when it has one, plus storage for tenant-wide budgets).
+    figure is the exact nano sum (request costs of the period, of the budget's service
+    account when it has one, plus storage for tenant-wide budgets). Holds never add
+    spend (``billing.services.ledger_booking``), so a cache's storage recomputed here is
+    not settled again when the cache ends. Under the ledger lock: no booking lands
+    between the sum and the write.
     """
     with transaction.atomic():
+        ledger_lock()
         # Lock order (billing.services.budget_locks): the budget (KEY SHARE), then the
         # period (NO KEY UPDATE); a joined FOR UPDATE of both would block every alert's
         # foreign-key check and budget edit at once.
         budget_periods_lock(period_ids=[period.pk])
         # all_tenants: repricing walks every tenant's budget periods since a date
         locked = BudgetPeriod.objects.all_tenants().select_related("budget").get(pk=period.pk)
-        spent = nanos_to_micros(
-            tenant_spend_nanos(
-                tenant_id=locked.tenant_id,
-                since=locked.period_start,
-                until=locked.period_end,
-                principal_id=locked.budget.principal_id,
-            )
+        spent = tenant_spend_nanos(
+            tenant_id=locked.tenant_id,
+            since=locked.period_start,
+            until=locked.period_end,
+            principal_id=locked.budget.principal_id,
         )
-        delta = spent - locked.spent_micros
-        if delta:
+        delta = spent - locked.spent_nanos
+        if delta or locked.spent_micros != nanos_to_micros(spent):
             BudgetPeriod.objects.filter(pk=locked.pk, tenant_id=locked.tenant_id).update(
-                spent_micros=spent
+                spent_nanos=spent, spent_micros=nanos_to_micros(spent)
             )
             # The gateway's Redis counter moves by the same delta (after commit), so the
             # hot path enforces the recomputed figure, not the old one.
@@ -300,7 +322,7 @@ def _budget_periods_recompute(
         periods = periods.filter(tenant=tenant)
     for period in periods.order_by("id"):
         result.budget_periods_recomputed += 1
-        result.budget_delta_micros += budget_period_recompute(period=period)
+        result.budget_delta_nanos += budget_period_recompute(period=period)
 
 
 def usage_reprice(
@@ -318,7 +340,9 @@ def usage_reprice(
     """
     result = RepriceResult()
     # all_tenants: repricing walks every tenant's ledger since a date
-    qs = UsageRecord.objects.all_tenants().filter(occurred_at__gte=since)
+    # Estimated rows keep their estimate (their counts are unknown) until reconciliation
+    # corrects them (billing.services.usage.estimates).
+    qs = UsageRecord.objects.all_tenants().filter(occurred_at__gte=since, estimated=False)
     if until is not None:
         qs = qs.filter(occurred_at__lt=until)
     if tenant is not None:

@@ -7,6 +7,13 @@ same interval twice, or overlapping intervals, charges each second once. Costs a
 nano-USD (``cost_nanos``; ``cost_micros`` is its rounding). When a cache's token count
 changes within an hour, the seconds already covered keep the count they were accrued at
 and only the rest of the hour is priced at the new count.
+
+Booking: each accrual books the cost it adds (the difference between a row's new and
+old cost) through the ledger's one booking path (``billing.services.ledger_booking``) at
+the row's hour, so a budget counts storage as it accrues, each hour in the period it
+falls in (a cache across a month boundary charges each month its own share). The cache's
+storage hold (``cache:<id>``, taken at creation) shrinks by the same amount: it only
+reserves what is still to come, and its final settle adds nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from billing.selectors.prices import (
     pool_rates,
     token_rates,
 )
+from billing.services.ledger_booking import Booking, ledger_book, ledger_lock
 from tenants.models import Tenant
 
 HOUR = timedelta(hours=1)
@@ -105,7 +113,9 @@ def storage_accrue(
     if provider not in Provider.values or not cache_id or len(cache_id) > 100:
         raise InvalidUsage("Unknown provider or bad cache_id.")
     rows: list[StorageAccrual] = []
+    bookings: list[Booking] = []
     with transaction.atomic():
+        ledger_lock()
         bucket = hour_floor(start)
         while bucket < end:
             piece_from, piece_to = max(start, bucket), min(end, bucket + HOUR)
@@ -138,6 +148,12 @@ def storage_accrue(
                     ],
                 )
                 row_id, covered_from, covered_to = cursor.fetchone()
+            # all_tenants: the hourly accrual sweep writes rows of every tenant by id
+            before = (
+                StorageAccrual.objects.all_tenants()
+                .filter(pk=row_id)
+                .values_list("cost_nanos", flat=True)[0]
+            )
             nanos, price_id, pool_price_id = storage_cost_for(
                 provider=provider,
                 model=model,
@@ -155,7 +171,17 @@ def storage_accrue(
             )
             # all_tenants: the hourly accrual sweep writes rows of every tenant by id
             rows.append(StorageAccrual.objects.all_tenants().get(pk=row_id))
+            if nanos != before:
+                bookings.append(Booking(tenant_id=str(tenant.pk), at=bucket, nanos=nanos - before))
             bucket += HOUR
+        ledger_book(entries=bookings)
+        added = sum(b.nanos for b in bookings)
+        if added > 0:
+            from billing.services.budgets import budget_hold_consume
+
+            budget_hold_consume(
+                tenant_id=tenant.pk, request_id=f"cache:{cache_id}", micros=-(-added // 1000)
+            )
     return rows
 
 

@@ -25,7 +25,23 @@ logger = logging.getLogger(__name__)
 LOOKBACK = timedelta(hours=2)  # covers a missed run or two without rescanning history
 BATCH = 5000
 #: The columns the sweep loads per cache (and the tenant row, joined).
-ACCRUAL_FIELDS = ("id", "tenant", "provider", "model", "token_count", "activated_at", "ended_at")
+ACCRUAL_FIELDS = (
+    "id",
+    "tenant",
+    "provider",
+    "model",
+    "token_count",
+    "activated_at",
+    "ended_at",
+    "expire_at",
+)
+
+
+def storage_end(cache: CacheObject, now: datetime) -> datetime:
+    """When the cache stopped costing storage: its end, or its expiry when that came
+    first (the provider drops an expired cache then, not when our sweeper notices)."""
+    ends = [moment for moment in (cache.ended_at, cache.expire_at) if moment is not None]
+    return min([*ends, now])
 
 
 def _accrue_one(cache: CacheObject, *, start: datetime, end: datetime) -> int:
@@ -88,7 +104,7 @@ def cache_storage_accrue_recent(
             if cache.activated_at is None:  # the query selects activated caches only
                 continue
             start = max(cache.activated_at, hour_floor(since))
-            end = min(cache.ended_at or now, now)
+            end = storage_end(cache, now)
             rows += _accrue_one(cache, start=start, end=end)
         if len(caches) < limit:
             break
@@ -103,5 +119,4 @@ def cache_storage_accrue_final(*, cache: CacheObject) -> int:
     """
     if cache.activated_at is None or cache.token_count is None:
         return 0
-    end = cache.ended_at or timezone.now()
-    return _accrue_one(cache, start=cache.activated_at, end=end)
+    return _accrue_one(cache, start=cache.activated_at, end=storage_end(cache, timezone.now()))

@@ -3,8 +3,8 @@
 
 ``budget_reserve.lua`` and ``budget_settle.lua`` run inside the gateway's batched
 admission and closing scripts (``controlplane.redis.gateway``, by include); their
-arguments and replies are built and parsed here, by name. ``budget_expire.lua`` and
-``budget_adjust.lua`` run on their own.
+arguments and replies are built and parsed here, by name. ``budget_expire.lua``,
+``budget_adjust.lua`` and ``budget_book.lua`` (the ledger's bookings) run on their own.
 """
 
 from __future__ import annotations
@@ -71,14 +71,16 @@ class BudgetReserveReply:
 
 @dataclass(frozen=True)
 class BudgetSettle:
-    """Arguments of ``budget_settle.lua``: drop the hold, book ``actual_micros`` on every
-    period and queue ``message`` for the flush (empty: a release, nothing to book)."""
+    """Arguments of ``budget_settle.lua``: cut the hold to ``actual_micros`` (pending the
+    ledger's booking, until ``pending_expires_ms``) and queue ``message`` for the flush
+    (empty: a release, nothing held)."""
 
     period_ids: Sequence[int]
     hold_id: str
     actual_micros: int
     message: str
     marker_ttl_seconds: int = 86_400
+    pending_expires_ms: int = 0
 
     def keys(self) -> list[str]:
         return [
@@ -88,7 +90,13 @@ class BudgetSettle:
         ]
 
     def args(self) -> list[str]:
-        return [self.hold_id, str(self.actual_micros), self.message, str(self.marker_ttl_seconds)]
+        return [
+            self.hold_id,
+            str(self.actual_micros),
+            self.message,
+            str(self.marker_ttl_seconds),
+            str(self.pending_expires_ms),
+        ]
 
 
 def budget_expire(client: Any, *, period_id: int, now_ms: int) -> int:
@@ -98,12 +106,28 @@ def budget_expire(client: Any, *, period_id: int, now_ms: int) -> int:
     )
 
 
-def budget_adjust(client: Any, *, period_id: int, delta_micros: int) -> bool:
-    """Add ``delta_micros`` to a loaded period's ``spent``; False when it is not loaded."""
+def budget_adjust(client: Any, *, period_id: int, delta_nanos: int) -> bool:
+    """Add ``delta_nanos`` to a loaded period's ``spent_nanos``; False when not loaded."""
     return bool(
         int(
             script("budget_adjust").run(
-                client, keys=[keys.budget_period(period_id)[0]], args=[delta_micros]
+                client, keys=[keys.budget_period(period_id)[0]], args=[str(delta_nanos)]
+            )
+        )
+    )
+
+
+def budget_book(
+    client: Any, *, period_id: int, nanos: int, hold_ids: Sequence[str], marker_ttl: int = 86_400
+) -> bool:
+    """The ledger booked ``nanos`` on a period: drop the booked requests' holds and add the
+    nanos to a loaded period's ``spent_nanos``; False when the period is not loaded."""
+    return bool(
+        int(
+            script("budget_book").run(
+                client,
+                keys=[*keys.budget_period(period_id), *map(keys.budget_hold_done, hold_ids)],
+                args=[str(nanos), str(marker_ttl), *hold_ids],
             )
         )
     )

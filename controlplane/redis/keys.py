@@ -98,6 +98,15 @@ def ratelimit(scope: str) -> tuple[str, str]:
     return f"{base}:bucket", f"{base}:inflight"
 
 
+# --- billing: price changes (a pub/sub channel, not a key) --------------------------------
+
+
+def prices_changed_channel() -> str:
+    """Pub/sub channel billing publishes to after every committed price change; each
+    gateway process empties its price cache on a message (``gateway.pricing``)."""
+    return "cacheplane:prices:changed"
+
+
 # --- billing: the usage queue (billing.services.usage) -------------------------------------
 
 

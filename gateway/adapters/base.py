@@ -62,6 +62,10 @@ class Call:
     usage: Usage = field(default_factory=Usage)
     ttft_ms: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # The ledger key (and budget hold id) the gateway mints; ``request_id`` is the
+    # caller's X-Request-Id (tracing only: clients may reuse it).
+    ledger_key: str = ""
+    started_at: float = 0.0  # wall clock (time.time()) when the request arrived
 
 
 @dataclass

@@ -18,6 +18,7 @@ from billing.services import (
     usage_record,
 )
 from tests.billing.conftest import T0
+from tests.billing.ledger_support import book_micros
 from tests.factories import HumanFactory, bind
 
 pytestmark = pytest.mark.django_db
@@ -236,6 +237,7 @@ def test_budget_and_alert_lists_stay_within_a_query_budget(
         )
     hold = budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=0, request_id="r")
     budget_settle(reservation=hold, actual_micros=500_000)
+    book_micros(tenant_a, 500_000)  # the spend, booked by the ledger: crosses thresholds
     api.force_login(admin_a)
     with django_assert_max_num_queries(8):
         budgets = api.get(f"{A}/budgets")

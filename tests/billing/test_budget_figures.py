@@ -13,6 +13,7 @@ from django.utils import timezone
 from billing.models import BudgetAlert
 from billing.selectors import budget_figures
 from billing.services import budget_create, budget_reserve, budget_settle
+from tests.billing.ledger_support import book_micros
 
 pytestmark = pytest.mark.django_db
 
@@ -44,6 +45,7 @@ def test_a_budget_figure_counts_spent_and_reserved_and_what_remains(
         tenant=tenant_a, principal=admin_a, estimate_micros=2 * DOLLAR, request_id="done"
     )
     budget_settle(reservation=spent, actual_micros=3 * DOLLAR)
+    book_micros(tenant_a, 3 * DOLLAR)  # the spend, booked by the ledger
     budget_reserve(
         tenant=tenant_a, principal=admin_a, estimate_micros=4 * DOLLAR, request_id="in-flight"
     )
@@ -80,6 +82,7 @@ def test_the_api_the_budgets_page_and_the_tenant_page_show_the_same_figure(
         tenant=tenant_a, principal=admin_a, estimate_micros=DOLLAR, request_id="done"
     )
     budget_settle(reservation=done, actual_micros=1_234_567)
+    book_micros(tenant_a, 1_234_567)
     budget_reserve(tenant=tenant_a, principal=admin_a, estimate_micros=2_500_000, request_id="open")
     client = Client()
     client.force_login(admin_a)

@@ -32,6 +32,7 @@ from billing.services import (
 from billing.services.budget_periods import period_bounds
 from billing.tasks import budget_reservations_expire_task
 from tenants.errors import UnknownPrincipal
+from tests.billing.ledger_support import book_micros
 from tests.factories import ServiceAccountFactory, TenantFactory
 
 pytestmark = pytest.mark.django_db
@@ -54,14 +55,18 @@ def _period(budget: Budget) -> BudgetPeriod:
     return BudgetPeriod.objects.all_tenants().get(budget=budget)
 
 
-def test_a_reservation_holds_then_settles_at_the_actual_cost(tenant_a, admin_a, actor) -> None:
+def test_a_reservation_holds_then_settles_and_only_the_ledger_books_the_cost(
+    tenant_a, admin_a, actor
+) -> None:
     budget = _budget(actor, tenant_a)
     hold = budget_reserve(
         tenant=tenant_a, principal=admin_a, estimate_micros=3 * DOLLAR, request_id="r1"
     )
     assert (_period(budget).reserved_micros, _period(budget).spent_micros) == (3 * DOLLAR, 0)
     settled = budget_settle(reservation=hold, actual_micros=2 * DOLLAR)
-    assert settled.state == ReservationState.SETTLED
+    assert (settled.state, settled.actual_micros) == (ReservationState.SETTLED, 2 * DOLLAR)
+    assert (_period(budget).reserved_micros, _period(budget).spent_micros) == (0, 0)
+    book_micros(tenant_a, 2 * DOLLAR)  # the cost, booked once, by the ledger
     assert (_period(budget).reserved_micros, _period(budget).spent_micros) == (0, 2 * DOLLAR)
     # Settling again is a no-op.
     budget_settle(reservation=hold, actual_micros=2 * DOLLAR)
@@ -90,6 +95,7 @@ def test_a_soft_budget_alerts_but_never_refuses(tenant_a, admin_a, actor) -> Non
         tenant=tenant_a, principal=admin_a, estimate_micros=3 * DOLLAR, request_id="r1"
     )
     budget_settle(reservation=hold, actual_micros=3 * DOLLAR)
+    book_micros(tenant_a, 3 * DOLLAR)
     assert _period(budget).spent_micros == 3 * DOLLAR
     assert sorted(BudgetAlert.objects.all_tenants().values_list("threshold", flat=True)) == [
         50,
@@ -178,7 +184,9 @@ def test_the_expiry_task_run_twice_is_a_noop(tenant_a, admin_a, actor) -> None:
     assert _period(budget).reserved_micros == 0
 
 
-def test_a_settle_after_expiry_still_charges_the_work_done(tenant_a, admin_a, actor) -> None:
+def test_a_settle_after_expiry_releases_nothing_twice_and_the_ledger_books_the_work(
+    tenant_a, admin_a, actor
+) -> None:
     budget = _budget(actor, tenant_a)
     hold = budget_reserve(
         tenant=tenant_a,
@@ -189,6 +197,7 @@ def test_a_settle_after_expiry_still_charges_the_work_done(tenant_a, admin_a, ac
     )
     budget_reservations_expire(now=timezone.now() + timedelta(seconds=5))
     budget_settle(reservation=hold, actual_micros=DOLLAR // 2)
+    book_micros(tenant_a, DOLLAR // 2)
     assert (_period(budget).reserved_micros, _period(budget).spent_micros) == (0, DOLLAR // 2)
 
 
@@ -199,6 +208,7 @@ def test_each_threshold_alerts_once_per_period(tenant_a, admin_a, actor) -> None
             tenant=tenant_a, principal=admin_a, estimate_micros=dollars * DOLLAR, request_id=f"r{i}"
         )
         budget_settle(reservation=hold, actual_micros=dollars * DOLLAR)
+        book_micros(tenant_a, dollars * DOLLAR)
     alerts = list(BudgetAlert.objects.all_tenants().order_by("threshold"))
     assert [(a.threshold, a.spent_micros) for a in alerts] == [
         (50, 55 * DOLLAR),
@@ -308,7 +318,9 @@ def test_an_update_applies_to_the_current_period_and_cannot_change_the_period(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_200_concurrent_reservations_against_a_budget_that_fits_50_overspend_by_zero() -> None:
+def test_200_concurrent_reservations_against_a_budget_that_fits_50_overspend_by_zero(
+    price_book,
+) -> None:
     from tests.factories import HumanFactory, actor_for, bind
 
     tenant = TenantFactory()
@@ -357,6 +369,7 @@ def test_200_concurrent_reservations_against_a_budget_that_fits_50_overspend_by_
     assert period.reserved_micros == period.limit_micros  # exactly full, never over
     for hold in granted:
         budget_settle(reservation=hold, actual_micros=estimate)
+    book_micros(tenant, 50 * estimate)
     period.refresh_from_db()
     assert (period.spent_micros, period.reserved_micros) == (50 * estimate, 0)
     assert period.spent_micros - period.limit_micros == 0  # overspend: exactly zero

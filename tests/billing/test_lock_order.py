@@ -19,8 +19,8 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from billing.models import BudgetAlert, BudgetPeriod, BudgetReservation
-from billing.services.budget_periods import budget_periods_charge
 from billing.services.budgets import budget_create, budget_update
+from billing.services.ledger_booking import budget_periods_charge
 from caches.models import CacheObject, CacheState
 from caches.services import lifecycle
 from caches.services.execution import operation_execute
@@ -109,7 +109,7 @@ def test_a_budget_patch_and_a_settlement_that_raises_an_alert_both_commit(
 
     def settle() -> None:
         with transaction.atomic():
-            budget_periods_charge(charges={period.pk: 60})
+            budget_periods_charge(charges_nanos={period.pk: 60_000})
             charged.set()
             commit.wait(STEP_SECONDS)
 
@@ -198,7 +198,7 @@ def test_the_storage_sweeper_and_the_hold_flush_over_two_tenants_both_commit(
 
     def flush_both() -> None:
         with transaction.atomic():
-            budget_periods_charge(charges={period_a.pk: 5, period_b.pk: 7})
+            budget_periods_charge(charges_nanos={period_a.pk: 5_000, period_b.pk: 7_000})
 
     flush = Session(flush_both)
     flush.start()

@@ -361,7 +361,8 @@ def test_reprice_moves_the_gateways_redis_counters_with_the_database_and_the_led
     periods = holds.budget_periods_load(tenant_id=str(tenant_a.pk), principal_id=None)
     for i in range(7):
         # 2.5 Pro, (1,001 + i) uncached × 1.25 + 9,000 cached × 0.125 + 333 out × 10 µ$;
-        # the gateway settles each at its own figure rounded to the µ$.
+        # the gateway settles each at its own figure rounded to the µ$ (a pending hold),
+        # and books the row under the same ledger key.
         nanos = (1_001 + i) * 1_250 + 9_000 * 125 + 333 * 10_000
         _gateway_hold_and_settle(
             periods,
@@ -372,14 +373,14 @@ def test_reprice_moves_the_gateways_redis_counters_with_the_database_and_the_led
         )
         _record(
             tenant_a,
-            f"r{i}",
+            f"gw-{i}",
             occurred_at=at + timedelta(seconds=i),
             prompt_tokens=10_001 + i,
             cached_read_tokens=9_000,
             output_tokens=333,
         )
     # A cache's storage hold lives in PostgreSQL (the caches app's path): 100,003 tokens
-    # for 77 s at $4.50/M/h = 9,625.29 µ$, settled at 9,625.
+    # for 77 s at $4.50/M/h = 9,625.29 µ$, booked as it accrues; the settle adds nothing.
     storage = budget_reserve(
         tenant=tenant_a,
         principal=None,
@@ -387,26 +388,26 @@ def test_reprice_moves_the_gateways_redis_counters_with_the_database_and_the_led
         request_id="cache:c",
         kind="cache_storage",
     )
-    storage_accrue(
-        tenant=tenant_a,
-        cache_id="c",
-        provider="vertex",
-        model="gemini-2.5-pro",
-        tokens=100_003,
-        start=at,
-        end=at + timedelta(seconds=77),
-    )
     with django_capture_on_commit_callbacks(execute=True):
+        storage_accrue(
+            tenant=tenant_a,
+            cache_id="c",
+            provider="vertex",
+            model="gemini-2.5-pro",
+            tokens=100_003,
+            start=at,
+            end=at + timedelta(seconds=77),
+        )
         budget_settle(reservation=storage, actual_micros=9_625)
-    holds.budget_settlements_flush()
-    usage_flush()
+        holds.budget_settlements_flush()
+        usage_flush()
     period = BudgetPeriod.objects.all_tenants().get(budget=budget)
-    before = sum(
-        nanos_to_micros((1_001 + i) * 1_250 + 9_000 * 125 + 333 * 10_000) for i in range(7)
-    )
+    before_nanos = sum((1_001 + i) * 1_250 + 9_000 * 125 + 333 * 10_000 for i in range(7))
+    before_nanos += StorageAccrual.objects.all_tenants().aggregate(n=Sum("cost_nanos"))["n"]
     live = holds.budget_period_live(period_id=period.pk)
-    # Redis saw the gateway's settlements and (mirrored) the storage settle PostgreSQL made.
-    assert period.spent_micros == live["spent"] == before + 9_625
+    # Redis and PostgreSQL both follow the ledger, to the n$; no hold is left pending.
+    assert period.spent_nanos == live["spent_nanos"] == before_nanos
+    assert (period.reserved_micros, live["reserved"]) == (0, 0)
 
     model_price_correct(
         actor=platform_actor,
@@ -429,6 +430,7 @@ def test_reprice_moves_the_gateways_redis_counters_with_the_database_and_the_led
     assert spent == 50_374
     period.refresh_from_db()
     live = holds.budget_period_live(period_id=period.pk)
+    assert period.spent_nanos == live["spent_nanos"] == raw_nanos + raw_storage
     assert period.spent_micros == live["spent"] == spent
     assert (period.reserved_micros, live["reserved"]) == (0, 0)
     for granularity in (Granularity.MINUTE, Granularity.DAY):

@@ -48,7 +48,7 @@ def test_a_vertex_stream_cut_mid_way_books_the_prompt_and_the_tokens_streamed_so
     )
     assert whole.status_code == 200
     usage_flush()
-    full = UsageRecord.objects.all_tenants().get(request_id="whole-vertex")
+    full = UsageRecord.objects.all_tenants().get(client_request_id="whole-vertex")
     assert full.status == "ok" and full.output_tokens % CHUNKS == 0
     per_chunk = full.output_tokens // CHUNKS
     streamed_chunks, rest = divmod(row.output_tokens, per_chunk)
@@ -62,7 +62,8 @@ def test_a_vertex_stream_cut_mid_way_books_the_prompt_and_the_tokens_streamed_so
     budget_settlements_flush()
     period = BudgetPeriod.objects.all_tenants().get(budget=budget)
     live = budget_period_live(period_id=period.pk)
-    # The budget holds settled at each request's own figure (rounded to the µ$ each).
-    settled = nanos_to_micros(row.cost_nanos) + nanos_to_micros(full.cost_nanos)
-    assert period.spent_micros == live["spent"] == settled
+    # The budget follows the ledger, exactly: no per-request µ$ rounding.
+    booked = row.cost_nanos + full.cost_nanos
+    assert period.spent_nanos == live["spent_nanos"] == booked
+    assert period.spent_micros == live["spent"] == nanos_to_micros(booked)
     assert live["reserved"] == 0

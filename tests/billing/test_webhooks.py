@@ -17,6 +17,7 @@ from billing.services.alerts import (
     webhook_verify,
 )
 from billing.tasks import budget_alert_deliver_task
+from tests.billing.ledger_support import book_micros
 
 pytestmark = pytest.mark.django_db
 
@@ -74,6 +75,7 @@ def _cross_threshold(tenant, admin, actor, url: str):
     secret = budget.webhook_secret  # shown once, at creation
     hold = budget_reserve(tenant=tenant, principal=admin, estimate_micros=600_000, request_id="r1")
     budget_settle(reservation=hold, actual_micros=600_000)
+    book_micros(tenant, 600_000)  # the spend, booked by the ledger
     return BudgetAlert.objects.all_tenants().select_related(
         "budget", "period", "tenant"
     ).get(), secret
@@ -91,6 +93,7 @@ def _cross_threshold_again(tenant, admin, actor, url: str):
     )
     hold = budget_reserve(tenant=tenant, principal=admin, estimate_micros=0, request_id="r2")
     budget_settle(reservation=hold, actual_micros=200_000)
+    book_micros(tenant, 200_000)
     return BudgetAlert.objects.all_tenants().select_related("budget", "period", "tenant").get(
         budget=budget
     ), budget.webhook_secret
@@ -102,10 +105,11 @@ def test_the_alert_webhook_is_signed_with_the_budget_secret_and_delivered_once(
     with django_capture_on_commit_callbacks() as callbacks:
         alert, secret = _cross_threshold(tenant_a, admin_a, actor, receiver.url)
     # After commit: the webhook delivery task, the live console events (tenant and
-    # platform alerts topics) and the spend mirrored onto the gateway's Redis counters.
+    # platform alerts topics), the spend mirrored onto the gateway's Redis counters and
+    # the ledger's "usage booked" events (tenant and platform usage topics).
     deliveries = [c for c in callbacks if "budget_alert_deliver_task" in repr(c)]
-    mirrors = [c for c in callbacks if "budget_periods_live_adjust" in repr(c)]
-    assert len(deliveries) == 1 and len(mirrors) == 1 and len(callbacks) == 4
+    mirrors = [c for c in callbacks if "budget_live_book" in repr(c)]
+    assert len(deliveries) == 1 and len(mirrors) == 1
     assert alert.webhook_state == WebhookState.PENDING
     assert budget_alert_deliver_task.apply(args=[str(alert.pk)]).result == "delivered"
     assert budget_alert_deliver_task.apply(args=[str(alert.pk)]).result == "delivered"

@@ -232,7 +232,11 @@ def test_kill_9_and_restarts_under_load_lose_nothing_and_leave_nothing_stuck(
     assert traffic.gateway_ok and lost_usage == set()
 
 
-USAGE_IDS = "SELECT request_id FROM billing_usagerecord WHERE request_id LIKE 'chaos-gw-%%'"
+# The client's ids (X-Request-Id) are kept as client_request_id; the ledger key is the
+# gateway's own.
+USAGE_IDS = (
+    "SELECT client_request_id FROM billing_usagerecord WHERE client_request_id LIKE 'chaos-gw-%%'"
+)
 
 
 class Beat:

@@ -205,18 +205,19 @@ def walk_away_mid_stream(url: str, key: str, body: dict, *, request_id: str) -> 
 
 
 def usage_row_once_booked(request_id: str, timeout: float = 10.0):
-    """The ledger row of ``request_id``, flushing the usage queue until the gateway has
-    booked it (it notices a client that left on its next write, then books)."""
+    """The ledger row of the request sent with ``X-Request-Id: request_id`` (kept as
+    ``client_request_id``; the ledger key is the gateway's own), flushing the usage queue
+    until the gateway has booked it (it notices a client that left on its next write)."""
     from billing.models import UsageRecord
     from billing.services.usage import usage_flush
     from tests.caches.processes import wait_for
 
     def booked() -> bool:
         usage_flush()
-        return UsageRecord.objects.all_tenants().filter(request_id=request_id).exists()
+        return UsageRecord.objects.all_tenants().filter(client_request_id=request_id).exists()
 
     wait_for(booked, timeout, f"the usage row of {request_id}")
-    return UsageRecord.objects.all_tenants().get(request_id=request_id)
+    return UsageRecord.objects.all_tenants().get(client_request_id=request_id)
 
 
 def price_vertex_flash_with_audio(model: str = "gemini-2.5-flash") -> None:

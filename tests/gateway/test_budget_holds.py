@@ -41,8 +41,10 @@ async def _fire(urls: list[str], key: str, body: dict, total: int) -> list[httpx
 def _period_after_flush(budget):
     from billing.models import BudgetPeriod
     from billing.services.budget_reservations import budget_period_live, budget_settlements_flush
+    from billing.services.usage import usage_flush
 
     budget_settlements_flush()
+    usage_flush()  # the ledger books the spend (and drops the settled holds)
     period = BudgetPeriod.objects.all_tenants().get(budget=budget)
     return period, budget_period_live(period_id=period.pk)
 
@@ -173,9 +175,17 @@ def test_holds_of_a_crashed_gateway_expire_and_free_the_budget(tenant_keys, redi
     assert holds.budget_holds_expire() == 0  # run twice: nothing more to do
 
 
-def test_settlement_flush_books_once_even_when_a_batch_is_replayed(tenant_keys, redis_flush):
+def test_a_settled_hold_stays_pending_until_the_ledger_books_the_request_once(
+    tenant_keys, redis_flush, django_capture_on_commit_callbacks
+):
+    """Settling spends nothing: the hold is cut to the actual cost and stays pending
+    under the request's ledger key until the flush books the row, which drops it and adds
+    the exact ledger cost. A replayed settlement batch records nothing twice."""
+    from django.utils import timezone
+
     from billing.models import BudgetPeriod, BudgetReservation
     from billing.services import budget_reservations as holds
+    from billing.services.usage import usage_flush, usage_record
     from controlplane import ops
     from controlplane.redis.budget import budget_settle
 
@@ -194,18 +204,34 @@ def test_settlement_flush_books_once_even_when_a_batch_is_replayed(tenant_keys, 
     )
     assert budget_settle(ops.redis_client(), call) is True
     assert budget_settle(ops.redis_client(), call) is False  # a second settle: no-op
+    live = holds.budget_period_live(period_id=periods[0].id)
+    assert (live["spent_nanos"], live["reserved"]) == (0, 420)  # pending, not yet spent
     message = ops.redis_client().lindex(holds.settle_queue_key(), 0)
     first = holds.budget_settlements_flush()
     assert (first.inserted, first.charged_micros) == (1, 420)
     ops.redis_client().rpush(holds.settle_queue_key(), message)  # a crash replays it
     again = holds.budget_settlements_flush()
     assert (again.settlements, again.inserted) == (1, 0)
-    assert holds.budget_settlements_flush().batches == 0  # run twice: nothing left
-    assert BudgetPeriod.objects.all_tenants().get(budget=budget).spent_micros == 420
+    assert BudgetPeriod.objects.all_tenants().get(budget=budget).spent_nanos == 0
+    price_vertex_output_only(model=FLASH, output_per_mtok="1")  # 1 µ$ per output token
+    usage_record(
+        tenant=acme["tenant"],
+        request_id="gw-a",
+        provider="vertex",
+        model=FLASH,
+        occurred_at=timezone.now(),
+        prompt_tokens=0,
+        output_tokens=420,
+        principal_id=principal_id,
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        usage_flush()
+    period = BudgetPeriod.objects.all_tenants().get(budget=budget)
+    live = holds.budget_period_live(period_id=periods[0].id)
+    assert period.spent_nanos == live["spent_nanos"] == 420_000
+    assert live["reserved"] == 0
     row = BudgetReservation.objects.all_tenants().get(tenant=acme["tenant"], request_id="gw-a")
     assert (row.state, row.actual_micros, row.amount_micros) == ("settled", 420, 500)
-    live = holds.budget_period_live(period_id=periods[0].id)
-    assert (live["spent"], live["reserved"]) == (420, 0)
 
 
 def test_a_disconnected_stream_is_booked_from_what_was_streamed(

@@ -22,7 +22,10 @@ class BudgetPeriodOut(serializers.Serializer[BudgetPeriod]):
 
     period_start = serializers.DateTimeField()
     period_end = serializers.DateTimeField()
-    spent_micros = serializers.IntegerField(help_text="Settled spend this period.")
+    spent_micros = serializers.IntegerField(help_text="Booked spend this period (µ$, rounded).")
+    spent_nanos = serializers.IntegerField(
+        help_text="Booked spend this period, exact nano-USD: Σ ledger + Σ storage."
+    )
     reserved_micros = serializers.IntegerField(help_text="Held for work in flight.")
     limit_micros = serializers.IntegerField()
     committed_micros = serializers.IntegerField(help_text="spent + reserved.")

@@ -2,16 +2,18 @@
 PostgreSQL in batches (``flush``; the algorithm is described there). Every name callers
 use is importable from here, as before the split."""
 
+from billing.services.ledger_booking import ROLLUP_LOCK
+from billing.services.usage.booking import book_cost
 from billing.services.usage.creation import cache_creation_record
+from billing.services.usage.estimates import usage_estimate_correct
 from billing.services.usage.flush import (
-    ROLLUP_LOCK,
     FlushResult,
     micros_sql,
-    price_row,
     usage_batch_claim,
     usage_flush,
     usage_write_direct,
 )
+from billing.services.usage.pricing_rows import price_row
 from billing.services.usage.queue import (
     EPOCH,
     queue_key,
@@ -25,6 +27,7 @@ __all__ = [
     "EPOCH",
     "ROLLUP_LOCK",
     "FlushResult",
+    "book_cost",
     "cache_creation_record",
     "micros_sql",
     "price_row",
@@ -35,5 +38,6 @@ __all__ = [
     "usage_queue_append",
     "usage_record",
     "usage_record_many",
+    "usage_estimate_correct",
     "usage_write_direct",
 ]

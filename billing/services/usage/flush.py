@@ -25,7 +25,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, cast
 
 import msgspec
@@ -33,9 +33,10 @@ from django.conf import settings
 from django.db import connection, transaction
 from redis.exceptions import LockNotOwnedError
 
-from billing.models import Provider, UsageKind
-from billing.pricing import Cost, cache_creation_cost, gpu_cost, token_cost
+from billing.models import Provider
 from billing.selectors.prices import PriceIndex
+from billing.services.ledger_booking import ROLLUP_LOCK, Booking, ledger_book
+from billing.services.usage.pricing_rows import price_row
 from billing.services.usage.queue import (
     EPOCH,
     _decoder,
@@ -46,8 +47,6 @@ from controlplane.redis import keys
 from controlplane.redis.queues import list_claim
 
 logger = logging.getLogger(__name__)
-
-ROLLUP_LOCK = 0x62696C6C  # pg advisory lock id shared by every rollup writer ("bill")
 
 
 @dataclass
@@ -107,14 +106,16 @@ _STAGE_COLUMNS = (
     ("pool_price_id", "int8"),
     ("cost_nanos", "int8"),
     ("cost_without_cache_nanos", "int8"),
+    ("client_request_id", "text"),
+    ("estimated", "bool"),
 )
 _STAGE_DDL = (
-    "CREATE TEMP TABLE IF NOT EXISTS billing_usage_stage_v2 ("
+    "CREATE TEMP TABLE IF NOT EXISTS billing_usage_stage_v3 ("
     + ", ".join(f"{name} {kind}" for name, kind in _STAGE_COLUMNS)
     + ") ON COMMIT DELETE ROWS"
 )
 _STAGE_COPY = (
-    "COPY billing_usage_stage_v2 ("
+    "COPY billing_usage_stage_v3 ("
     + ", ".join(name for name, _ in _STAGE_COLUMNS)
     + ") FROM STDIN (FORMAT BINARY)"
 )
@@ -144,8 +145,8 @@ WITH rows AS (
     + micros_sql("cost_nanos")
     + ", "
     + micros_sql("cost_without_cache_nanos")
-    + """
-  FROM billing_usage_stage_v2
+    + """, client_request_id, estimated
+  FROM billing_usage_stage_v3
 ), ins AS (
   INSERT INTO billing_usagerecord (
     tenant_id, request_id, occurred_at, provider, model, worker, pool, api_key_id,
@@ -153,10 +154,11 @@ WITH rows AS (
     cache_write_1h_tokens, output_tokens, thinking_tokens, audio_prompt_tokens,
     audio_cached_read_tokens, audio_output_tokens, kind, ttft_ms, latency_ms, status, stream,
     price_version_id, pool_price_id, cost_nanos, cost_without_cache_nanos, cost_micros,
-    cost_without_cache_micros, recorded_at)
+    cost_without_cache_micros, client_request_id, estimated, recorded_at)
   SELECT rows.*, now() FROM rows
   ON CONFLICT (tenant_id, request_id) DO NOTHING
-  RETURNING tenant_id, occurred_at, provider, model, status, prompt_tokens,
+  RETURNING tenant_id, request_id, principal_id, occurred_at, provider, model, status,
+            prompt_tokens,
             cached_read_tokens, cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
             thinking_tokens, audio_prompt_tokens, audio_output_tokens, cost_nanos,
             cost_without_cache_nanos, (price_version_id IS NULL AND pool_price_id IS NULL)
@@ -194,31 +196,10 @@ WITH rows AS (
     + """
   RETURNING 1
 )
-SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM roll)
+SELECT ins.tenant_id, ins.request_id, ins.principal_id, ins.occurred_at, ins.cost_nanos
+FROM ins
 """
 )
-
-
-def price_row(
-    index: PriceIndex, m: _Message, at: datetime
-) -> tuple[int | None, int | None, Cost | None]:
-    """(model price id, pool price id, cost) of one message, or Nones when unpriced."""
-    counts = m.counts()
-    if m.provider == Provider.VLLM:
-        pool_price = index.pool_price(m.pool, at)
-        if pool_price is None:
-            return None, None, None
-        return None, pool_price.pk, gpu_cost(counts, index.pool_rates(pool_price))
-    price = index.model_price(m.provider, m.model, at)
-    if price is None:
-        return None, None, None
-    rates = index.rates(price)
-    if m.kind == UsageKind.CACHE_CREATE:
-        cost = cache_creation_cost(
-            tokens=m.prompt_tokens, rates=rates, ttl_seconds=m.ttl_seconds or 3600
-        )
-        return price.pk, None, cost
-    return price.pk, None, token_cost(counts, rates, at)
 
 
 def _write_batch(messages: list[_Message], result: FlushResult) -> None:
@@ -261,6 +242,8 @@ def _write_batch(messages: list[_Message], result: FlushResult) -> None:
             pool_price_id,
             cost.nanos if cost else 0,
             cost.without_cache_nanos if cost else 0,
+            m.client_request_id,
+            m.estimate_nanos is not None,
         )
         rows.append(values)
     with transaction.atomic():
@@ -274,8 +257,23 @@ def _write_batch(messages: list[_Message], result: FlushResult) -> None:
                 for row in rows:
                     copy.write_row(row)
             cursor.execute(_INSERT_SQL)
-            inserted, _ = cursor.fetchone()
+            booked = cursor.fetchall()
+        inserted = len(booked)
         if inserted:
+            # The one booking path: the rows just inserted (never a replay) charge the
+            # budget periods they fall in, in this transaction (Redis after commit).
+            ledger_book(
+                entries=[
+                    Booking(
+                        tenant_id=str(tenant_id),
+                        at=at,
+                        nanos=int(nanos),
+                        principal_id=str(principal_id) if principal_id else None,
+                        hold_id=request_id,
+                    )
+                    for tenant_id, request_id, principal_id, at, nanos in booked
+                ]
+            )
             _publish_booked({str(m.tenant_id) for m in messages})
     result.inserted += inserted
     result.duplicates += len(messages) - inserted

@@ -55,6 +55,10 @@ class _Message(msgspec.Struct, array_like=True):
     audio_output_tokens: int = 0
     kind: str = UsageKind.REQUEST
     ttl_seconds: int = 0
+    client_request_id: str = ""
+    # Not None: the row's cost is this estimate (the reservation of a request whose
+    # usage the provider never reported), booked with ``estimated=True``.
+    estimate_nanos: int | None = None
 
     def counts(self) -> UsageCounts:
         return UsageCounts(
@@ -123,6 +127,8 @@ def usage_message(
     audio_output_tokens: int = 0,
     kind: str = UsageKind.REQUEST,
     ttl_seconds: int = 0,
+    client_request_id: str = "",
+    estimate_nanos: int | None = None,
 ) -> bytes:
     """Validate one request's usage and encode it for the queue (no I/O).
 
@@ -132,6 +138,11 @@ def usage_message(
     ``kind="cache_create"`` books the write of an explicit cache (``ttl_seconds`` picks
     the write tier); see :func:`cache_creation_record`. The tenant is given as a row or,
     by a producer that has only its id (the gateway), as ``tenant_id``.
+
+    ``request_id`` is the ledger key (idempotency: a replay books nothing); the
+    producer mints it. A caller's own id (``X-Request-Id``) goes in
+    ``client_request_id``, which is only stored. ``estimate_nanos`` books that cost
+    instead of pricing the counts, flagged ``estimated`` for reconciliation.
     """
     counts = UsageCounts(
         prompt_tokens,
@@ -163,6 +174,14 @@ def usage_message(
         raise InvalidUsage(f"Unknown status {status!r}.", details={"status": status})
     if not request_id or len(request_id) > 128:
         raise InvalidUsage("request_id must be 1-128 characters.")
+    if not isinstance(client_request_id, str) or len(client_request_id) > 128:
+        raise InvalidUsage("client_request_id must be at most 128 characters.")
+    if estimate_nanos is not None and (
+        not isinstance(estimate_nanos, int)
+        or isinstance(estimate_nanos, bool)
+        or estimate_nanos < 0
+    ):
+        raise InvalidUsage("estimate_nanos must be a non-negative integer.")
     if not model or len(model) > 200 or len(worker) > 200 or len(pool) > 100:
         raise InvalidUsage("model (1-200), worker (200) or pool (100) is too long.")
     if cache_id is not None and (not cache_id or len(str(cache_id)) > 100):
@@ -200,6 +219,8 @@ def usage_message(
             audio_output_tokens,
             str(kind),
             ttl_seconds,
+            client_request_id,
+            estimate_nanos,
         )
     )
 

@@ -1,6 +1,9 @@
--- Budget settle: drop a hold and book what the request actually cost (billing's logic).
+-- Budget settle: cut a hold to what the request actually cost, pending the ledger (billing's
+-- logic). Settling spends nothing: the hold stays, pending, until the ledger books the
+-- request (budget_book.lua drops it then), so the next admission sees the cost before and
+-- after the ledger has it, never twice.
 -- KEYS: per period (hash, holds, amounts), then the done marker, then the settle queue.
--- ARGV: hold id, actual, message (empty: a release, nothing to book), marker ttl (s).
+-- ARGV: hold id, actual µ$, message (empty: a release), marker ttl (s), pending expiry (ms).
 local hold, actual = ARGV[1], tonumber(ARGV[2])
 local n = #KEYS
 if redis.call('SET', KEYS[n - 1], '1', 'NX', 'EX', tonumber(ARGV[4])) == false then
@@ -14,7 +17,11 @@ for i = 0, (n - 2) / 3 - 1 do
     redis.call('HDEL', a, hold)
     redis.call('ZREM', z, hold)
   end
-  if actual > 0 then redis.call('HINCRBY', h, 'spent', actual) end
+  if actual > 0 and redis.call('EXISTS', h) == 1 then
+    redis.call('HINCRBY', h, 'reserved', actual)
+    redis.call('HSET', a, hold, actual)
+    redis.call('ZADD', z, ARGV[5], hold)
+  end
 end
 if ARGV[3] ~= '' then redis.call('RPUSH', KEYS[n], ARGV[3]) end
 return 1
