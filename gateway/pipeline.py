@@ -147,7 +147,12 @@ async def _price_and_admit(books: _Books, call: Call, provider: str, pool: str) 
         call_id=call.request_id + ":" + str(id(call)),
         estimated_tokens=call.estimated_tokens,
     )
-    hold = await budget.plan(identity, amount_micros=estimate, request_id=call.request_id)
+    hold = await budget.plan(
+        identity,
+        amount_micros=estimate,
+        request_id=call.request_id,
+        unbounded=call.output_unbounded,
+    )
     await limits.admit(identity, books.admission, hold, request_id=call.request_id)
     books.hold = hold
 

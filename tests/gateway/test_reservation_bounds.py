@@ -1,0 +1,141 @@
+"""Reservations bound what a request can spend: per prompt, per choice, and a request whose
+output has no bound is refused under a hard budget (issue #23.2 / #23.4)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from gateway.adapters.base import output_bound, prompt_count, sequences_per_prompt
+from tests.gateway.conftest import MODEL
+from tests.gateway.support import hard_budget, price_pool_decode_only
+
+MICROS_PER_TOKEN = 1_000  # price_pool_decode_only: prefill 0, 1,000 µ$ per decoded token
+
+
+def _spent(budget) -> dict[str, int]:
+    from billing.models import BudgetPeriod
+    from billing.services.budget_reservations import budget_period_live, budget_settlements_flush
+
+    budget_settlements_flush()
+    period = BudgetPeriod.objects.all_tenants().get(budget=budget)
+    return budget_period_live(period_id=period.pk)
+
+
+def _completion(prompts: int, *, max_tokens: int = 4, n: int = 1) -> dict:
+    return {
+        "model": MODEL,
+        "prompt": [f"prompt number {i}" for i in range(prompts)],
+        "max_tokens": max_tokens,
+        "n": n,
+        "ignore_eos": True,
+    }
+
+
+def test_the_output_bound_counts_every_prompt_and_every_sequence() -> None:
+    body = _completion(256, max_tokens=4, n=2)
+    assert prompt_count(body, "completion") == 256
+    assert output_bound(body, "completion", per_sequence=4) == 256 * 2 * 4
+    # A list of token ids is one prompt; chat is one prompt whatever its messages.
+    assert prompt_count({"prompt": [1, 2, 3]}, "completion") == 1
+    assert prompt_count({"messages": [{"role": "user", "content": "x"}] * 3}, "chat") == 1
+    # best_of generates (and bills) that many candidates even when n is smaller.
+    assert sequences_per_prompt({"n": 2, "best_of": 5}) == 5
+    assert sequences_per_prompt({}) == 1
+
+
+def test_one_request_of_256_prompts_is_refused_when_its_generations_do_not_fit(
+    live_server_url, ref_workers, tenant_keys
+) -> None:
+    acme = tenant_keys["gw-acme"]
+    price_pool_decode_only()
+    # Room for 100 prompts of 4 tokens; the request runs 256 × 4 = 1,024 tokens
+    # (1,024,000 µ$). Reserving max_tokens once (4,000 µ$) let it spend 2.56× the limit.
+    budget = hard_budget(acme, limit_micros=100 * 4 * MICROS_PER_TOKEN)
+    response = httpx.post(
+        f"{live_server_url}/v1/completions",
+        json=_completion(256),
+        headers={"authorization": f"Bearer {acme['key']}"},
+        timeout=120,
+    )
+    assert response.status_code == 402, response.text
+    error = response.json()["error"]
+    assert error["code"] == "budget_exceeded"
+    # 256 × 4 decoded tokens, plus the prompt bytes' prefill bound (a few µ$).
+    assert 256 * 4 * MICROS_PER_TOKEN <= error["details"]["estimate_micros"] < 1_030_000
+    live = _spent(budget)
+    assert live.get("spent", 0) == 0 and live.get("reserved", 0) == 0
+    # The same request within the room runs, and the hold equalled its cost.
+    ok = httpx.post(
+        f"{live_server_url}/v1/completions",
+        json=_completion(100),
+        headers={"authorization": f"Bearer {acme['key']}"},
+        timeout=120,
+    )
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["usage"]["completion_tokens"] == 400
+    assert _spent(budget).get("spent", 0) == 400 * MICROS_PER_TOKEN
+
+
+def test_twenty_concurrent_multi_prompt_requests_never_spend_beyond_the_hard_limit(
+    live_server_url, ref_workers, tenant_keys
+) -> None:
+    acme = tenant_keys["gw-acme"]
+    price_pool_decode_only()
+    # Each request: 8 prompts × n=2 × 4 tokens = 64 tokens = 64,000 µ$; room for 3.
+    per_request = 8 * 2 * 4 * MICROS_PER_TOKEN
+    limit = 3 * per_request + per_request // 2
+    budget = hard_budget(acme, limit_micros=limit)
+
+    async def fire() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=120) as client:
+            return await asyncio.gather(
+                *(
+                    client.post(
+                        f"{live_server_url}/v1/completions",
+                        json=_completion(8, n=2),
+                        headers={"authorization": f"Bearer {acme['key']}"},
+                    )
+                    for _ in range(20)
+                )
+            )
+
+    responses = asyncio.run(fire())
+    statuses = [r.status_code for r in responses]
+    assert statuses.count(200) == 3 and statuses.count(402) == 17, statuses
+    live = _spent(budget)
+    # Reserving once per request (4,000 µ$) admitted all 20: 1,280,000 µ$ against 224,000.
+    assert live.get("spent", 0) == 3 * per_request <= limit
+    assert live.get("reserved", 0) == 0
+
+
+def test_an_unbounded_output_under_a_hard_budget_is_refused_with_cost_unbounded(
+    live_server_url, tenant_keys, vertex, fresh_gateway
+) -> None:
+    from billing.models import ModelPrice
+    from billing.services.prices import model_price_create
+    from tests.factories import actor_for
+
+    acme = tenant_keys["gw-acme"]
+    model = "gemini-unlisted-preview"  # no published maximum output in the adapter
+    ModelPrice.objects.filter(provider="vertex", model=model).delete()
+    model_price_create(
+        actor=actor_for(None),
+        provider="vertex",
+        model=model,
+        source="test",
+        rates={"input_per_mtok": "1", "cached_input_per_mtok": "0.1", "output_per_mtok": "1"},
+    )
+    hard_budget(acme, limit_micros=10**9)
+    sent = len(vertex.requests(path_contains=":generateContent"))
+    response = httpx.post(
+        f"{live_server_url}/v1/chat/completions",
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}]},
+        headers={"authorization": f"Bearer {acme['key']}"},
+        timeout=60,
+    )
+    assert response.status_code == 402, response.text
+    assert response.json()["error"]["code"] == "cost_unbounded"
+    assert response.json()["error"]["param"] == "max_tokens"
+    assert len(vertex.requests(path_contains=":generateContent")) == sent
