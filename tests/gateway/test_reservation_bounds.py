@@ -180,3 +180,42 @@ def test_the_vertex_adapter_marks_a_model_without_a_known_maximum_as_unbounded()
     assert not prepared("gemini-next-unlisted", max_tokens=16).output_unbounded
     listed = prepared("gemini-2.5-flash", n=2)
     assert not listed.output_unbounded and listed.max_output_tokens == 2 * 65_536
+
+
+def test_a_settlement_above_the_hold_is_booked_in_full_and_the_next_request_is_refused(
+    tenant_keys, fresh_gateway, redis_flush
+) -> None:
+    from gateway import budget, limits, ratelimit
+    from gateway.errors import GatewayError
+
+    acme = tenant_keys["gw-acme"]
+    limit = 100_000
+    budget_row = hard_budget(acme, limit_micros=limit)
+    identity = _identity(acme["key"])
+    before = budget.OVERSHOOTS._value.get(), budget.OVERSHOOT_MICROS._value.get()
+
+    async def request(held: int, billed: int) -> budget.Hold:
+        admission = await ratelimit.plan(
+            tenant_id=identity.tenant_id,
+            key_id=identity.key_id,
+            call_id=f"c-{held}-{billed}",
+            estimated_tokens=1,
+        )
+        hold = await budget.plan(identity, amount_micros=held, request_id="r")
+        assert hold is not None
+        await limits.admit(identity, admission, hold, request_id="r")
+        # The upstream ignored max_tokens: it billed more than the hold bounded.
+        await limits.close(admission, hold, actual_tokens=1, actual_micros=billed)
+        return hold
+
+    hold = asyncio.run(request(90_000, 115_000))
+    assert hold.overshoot_micros == 25_000
+    live = _spent(budget_row)
+    # Booked in full (the provider billed it): over the limit by one request's overshoot.
+    assert live["spent"] == 115_000 <= limit + hold.overshoot_micros
+    assert budget.OVERSHOOTS._value.get() == before[0] + 1
+    assert budget.OVERSHOOT_MICROS._value.get() == before[1] + 25_000
+    with pytest.raises(GatewayError) as refused:
+        asyncio.run(request(1, 1))
+    assert refused.value.code == "budget_exceeded"
+    assert _spent(budget_row)["spent"] == 115_000
