@@ -148,7 +148,7 @@ def prompt_count(body: dict[str, Any], kind: str) -> int:
 def sequences_per_prompt(body: dict[str, Any]) -> int:
     """Sequences generated per prompt: ``n`` choices, or ``best_of`` when larger (vLLM
     generates ``best_of`` candidates and bills every one's decode)."""
-    counts = [v for v in (body.get("n"), body.get("best_of")) if _positive_int(v)]
+    counts = [v for v in (body.get("n"), body.get("best_of")) if isinstance(v, int) and v > 0]
     return max([1, *counts])
 
 
@@ -156,10 +156,6 @@ def output_bound(body: dict[str, Any], kind: str, *, per_sequence: int) -> int:
     """Every output token the request may generate: per prompt × per choice × the cap of
     one sequence (the reservation must bound what a list of prompts can spend)."""
     return per_sequence * sequences_per_prompt(body) * prompt_count(body, kind)
-
-
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def prompt_estimate(call: Call) -> int:
