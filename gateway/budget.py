@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from prometheus_client import Counter
 
 from billing.services import budget_reservations as holds
 from controlplane.db import db_sync_to_async
@@ -24,6 +25,14 @@ from gateway.identity import Identity
 from gateway.singleflight import SingleFlightCache
 
 logger = logging.getLogger(__name__)
+OVERSHOOTS = Counter(
+    "cacheplane_gateway_budget_overshoots",
+    "Settlements above the request's hold (the upstream billed more than was reserved).",
+)
+OVERSHOOT_MICROS = Counter(
+    "cacheplane_gateway_budget_overshoot_micros",
+    "µ$ booked above the holds (booked in full: the provider billed it).",
+)
 # Event-loop only (no lock needed): (tenant, principal) → the periods that apply.
 _periods: SingleFlightCache[tuple[str, str], list[holds.PeriodView]] = SingleFlightCache(
     maxsize=50_000, ttl=REFRESH_SECONDS
@@ -40,6 +49,7 @@ class Hold:
     tenant_id: str
     principal_id: str
     settled: bool = False
+    overshoot_micros: int = 0  # settled above the hold (see settle_part)
 
 
 async def periods_for(identity: Identity, *, fresh: bool = False) -> list[holds.PeriodView]:
@@ -63,19 +73,37 @@ def hold_ttl_seconds() -> float:
 
 
 async def plan(
-    identity: Identity, *, amount_micros: int | None, request_id: str, hold_id: str = ""
+    identity: Identity,
+    *,
+    amount_micros: int | None,
+    request_id: str,
+    hold_id: str = "",
+    unbounded: bool = False,
 ) -> Hold | None:
     """The hold this request needs (None: no budget applies, nothing to hold), or 402.
 
     No price under a hard budget: ``price_not_found`` (fail closed: reserving 0 would
-    let the request through unbounded). No price under soft budgets only: a hold of 0
-    (the ledger prices the usage when a price appears). ``gateway.limits.admit`` takes
-    the hold, atomically with the rate limits. ``hold_id``: the request's ledger key
-    (the ledger's booking of the request drops the hold by it); minted when not given.
+    let the request through unbounded). An output with no bound (``unbounded``: no
+    ``max_tokens`` and no known model maximum) under a hard budget: ``cost_unbounded``.
+    No price under soft budgets only: a hold of 0 (the ledger prices the usage when a
+    price appears). ``gateway.limits.admit`` takes the hold, atomically with the rate
+    limits. ``hold_id``: the request's ledger key (the ledger's booking of the request
+    drops the hold by it); minted when not given.
     """
     periods = await periods_for(identity)
     if not periods:
         return None
+    if unbounded and any(p.hard for p in periods):
+        details = {"reason": "cost_unbounded", "request_id": request_id}
+        await _audit_refusal(identity, periods[0], details)
+        raise GatewayError(
+            402,
+            "cost_unbounded",
+            "This request sets no max_tokens and the model's maximum output is not known, "
+            "so its cost has no upper bound and your tenant has a hard budget. Set "
+            "max_tokens (or max_completion_tokens).",
+            param="max_tokens",
+        )
     if amount_micros is None:
         if any(p.hard for p in periods):
             details = {"reason": "price_not_found", "request_id": request_id}
@@ -140,6 +168,25 @@ def settle_call(hold: Hold | None, *, actual_micros: int) -> BudgetSettle | None
     if hold is None or hold.settled:
         return None
     hold.settled = True
+    overshoot = actual_micros - hold.amount_micros
+    if overshoot > 0:
+        # Booked in full (the provider billed it), so the next admission sees the period
+        # over its limit and refuses; recorded so an operator sees which upstream ignores
+        # max_tokens. A hard limit is exceeded by at most one request's overshoot per
+        # request in flight.
+        hold.overshoot_micros = overshoot
+        OVERSHOOTS.inc()
+        OVERSHOOT_MICROS.inc(overshoot)
+        logger.warning(
+            "budget settlement above its hold",
+            extra={
+                "hold": hold.hold_id,
+                "tenant": hold.tenant_id,
+                "held_micros": hold.amount_micros,
+                "actual_micros": actual_micros,
+                "overshoot_micros": overshoot,
+            },
+        )
     return holds.settle_call(
         periods=hold.periods,
         hold_id=hold.hold_id,

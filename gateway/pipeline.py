@@ -159,7 +159,11 @@ async def _price_and_admit(books: _Books, call: Call, provider: str, pool: str) 
         estimated_tokens=call.estimated_tokens,
     )
     hold = await budget.plan(
-        identity, amount_micros=estimate, request_id=call.request_id, hold_id=call.ledger_key
+        identity,
+        amount_micros=estimate,
+        request_id=call.request_id,
+        hold_id=call.ledger_key,
+        unbounded=call.output_unbounded,
     )
     await limits.admit(identity, books.admission, hold, request_id=call.request_id)
     books.hold = hold

@@ -19,8 +19,7 @@ def token_cost(counts: UsageCounts, rates: TokenRates, at: datetime | None = Non
     ``at`` (the request's start); the without-cache figure prices every prompt token as
     plain input of its modality at the same tier and discount (caching off).
     """
-    tier = rates.for_counts(counts)
-    keep = tier.keep_percent(at)
+    tier, keep = rates.for_counts(counts).priced_at(at)
     audio_uncached = counts.audio_prompt_tokens - counts.audio_cached_read_tokens
     audio_in = rate_or(tier.audio_input, tier.input)
     lines = {

@@ -28,13 +28,22 @@ LONG_BASIS_UNCACHED = "uncached_prompt"
 LONG_BASES = (LONG_BASIS_PROMPT, LONG_BASIS_UNCACHED)
 
 
+#: The lines a discount window may price explicitly (DeepSeek publishes off-peak prices
+#: per line, not one percentage: deepseek-reasoner's 0.55 / 0.14 / 2.19 become 0.135 /
+#: 0.035 / 0.550, i.e. 75.45 %, 75 % and 74.89 % off).
+WINDOW_RATE_LINES = ("input", "cached_input", "output")
+
+
 @dataclass(frozen=True)
 class DiscountWindow:
-    """A daily UTC window ``[start, end)`` in which requests pay ``100 - percent`` %."""
+    """A daily UTC window ``[start, end)`` in which requests pay ``100 - percent`` %, or,
+    when ``rates`` is set, each line's own off-peak price (USD per 1M; percent is then
+    informative only)."""
 
     start: time
     end: time
     percent: int
+    rates: tuple[tuple[str, Decimal], ...] = ()
 
     def covers(self, at: datetime) -> bool:
         utc = at.utctimetuple()  # aware datetimes only (the ledger stores UTC)
@@ -46,22 +55,46 @@ class DiscountWindow:
     @classmethod
     def parse(cls, raw: dict[str, Any]) -> DiscountWindow:
         """From ``{"start": "16:30", "end": "00:30", "percent": 50}`` (raises ValueError)."""
-        start, end, percent = raw.get("start"), raw.get("end"), raw.get("percent")
-        if not isinstance(percent, int) or isinstance(percent, bool) or not 0 < percent <= 100:
+        start, end, percent = raw.get("start"), raw.get("end"), raw.get("percent", 0)
+        rates = _window_rates(raw.get("rates"))
+        low = 0 if rates else 1
+        if not isinstance(percent, int) or isinstance(percent, bool) or not low <= percent <= 100:
             raise ValueError("percent must be an integer in 1..100")
         if not isinstance(start, str) or not isinstance(end, str):
             raise ValueError("start and end must be HH:MM strings (UTC)")
-        window = cls(time.fromisoformat(start), time.fromisoformat(end), percent)
+        window = cls(time.fromisoformat(start), time.fromisoformat(end), percent, rates)
         if window.start == window.end:
             raise ValueError("a discount window needs start != end")
         return window
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "start": self.start.strftime("%H:%M"),
             "end": self.end.strftime("%H:%M"),
             "percent": self.percent,
         }
+        if self.rates:
+            out["rates"] = {line: str(rate) for line, rate in self.rates}
+        return out
+
+
+def _window_rates(raw: Any) -> tuple[tuple[str, Decimal], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or set(raw) != set(WINDOW_RATE_LINES):
+        raise ValueError(f"rates must name each of {', '.join(WINDOW_RATE_LINES)}")
+    out = []
+    for line in WINDOW_RATE_LINES:
+        if line in raw:
+            try:
+                rate = Decimal(str(raw[line]))
+            except ArithmeticError:
+                raise ValueError(f"rates.{line} must be a decimal USD per 1M tokens") from None
+            if not rate.is_finite() or rate < 0:
+                raise ValueError(f"rates.{line} must be a non-negative decimal")
+            scaled(rate)  # at most 6 decimal places (raises ValueError)
+            out.append((line, rate))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -136,6 +169,40 @@ class TokenRates:
 
     def for_counts(self, counts: UsageCounts) -> TokenRates:
         return self.for_prompt(self.tier_count(counts))
+
+    def priced_at(self, at: datetime | None) -> tuple[TokenRates, int]:
+        """The rates and the kept share for a request starting at ``at``: a window's own
+        per-line prices replace those lines (kept at 100 %), its percentage applies to
+        the others."""
+        window = self.window_at(at)
+        if window is None:
+            return self, 100
+        if not window.rates:
+            return self, 100 - window.percent
+        own = dict(window.rates)  # every line named (parse requires it)
+        from dataclasses import replace
+
+        return (
+            replace(
+                self,
+                input=own["input"],
+                cached_input=own["cached_input"],
+                output=own["output"],
+                cache_write_5m=own["input"],  # DeepSeek sells no explicit writes
+                cache_write_1h=own["input"],
+                thinking=None,
+                discounts=(),
+            ),
+            100,
+        )
+
+    def window_at(self, at: datetime | None) -> DiscountWindow | None:
+        if at is None:
+            return None
+        for window in self.discounts:
+            if window.covers(at):
+                return window
+        return None
 
     def keep_percent(self, at: datetime | None) -> int:
         """The share of the price a request starting at ``at`` pays (100: no discount)."""

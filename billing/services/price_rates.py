@@ -148,9 +148,10 @@ def _discounts_clean(raw: Any) -> list[dict[str, Any]]:
         )
     windows = []
     for item in raw:
-        if not isinstance(item, dict) or set(item) - {"start", "end", "percent"}:
+        if not isinstance(item, dict) or set(item) - {"start", "end", "percent", "rates"}:
             raise InvalidPrice(
-                "A discount window is {start, end, percent}.", details={"field": "time_discounts"}
+                "A discount window is {start, end, percent, rates}.",
+                details={"field": "time_discounts"},
             )
         try:
             windows.append(DiscountWindow.parse(item).to_dict())

@@ -58,6 +58,9 @@ class Call:
     upstream_body: Any = None  # what the adapter will send
     prompt_tokens_bound: int = 0  # an upper bound (cache included)
     max_output_tokens: int = 0  # an upper bound (the model's maximum when not given)
+    # No max_tokens and no known model maximum: the cost has no upper bound, refused
+    # under a hard budget (``gateway.budget.plan``: 402 ``cost_unbounded``).
+    output_unbounded: bool = False
     estimated_tokens: int = 0  # for tokens/minute: prompt characters / 4 + output allowance
     usage: Usage = field(default_factory=Usage)
     ttft_ms: int | None = None
@@ -135,6 +138,28 @@ def prompt_bound(call: Call, *extra_tokens: int) -> int:
     carried = body.get("messages") if call.kind == "chat" else body.get("prompt")
     size = json_bytes(carried) + sum(json_bytes(body[k]) for k in ("tools",) if k in body)
     return size + sum(extra_tokens) + 16
+
+
+def prompt_count(body: dict[str, Any], kind: str) -> int:
+    """How many prompts one request runs: a list of strings on ``/v1/completions`` is one
+    generation per string (a list of token ids is one prompt); chat is always one."""
+    prompt = body.get("prompt")
+    if kind == "chat" or not isinstance(prompt, list):
+        return 1
+    return max(1, len(prompt)) if all(isinstance(p, str) for p in prompt) else 1
+
+
+def sequences_per_prompt(body: dict[str, Any]) -> int:
+    """Sequences generated per prompt: ``n`` choices, or ``best_of`` when larger (vLLM
+    generates ``best_of`` candidates and bills every one's decode)."""
+    counts = [v for v in (body.get("n"), body.get("best_of")) if isinstance(v, int) and v > 0]
+    return max([1, *counts])
+
+
+def output_bound(body: dict[str, Any], kind: str, *, per_sequence: int) -> int:
+    """Every output token the request may generate: per prompt × per choice × the cap of
+    one sequence (the reservation must bound what a list of prompts can spend)."""
+    return per_sequence * sequences_per_prompt(body) * prompt_count(body, kind)
 
 
 def prompt_estimate(call: Call) -> int:

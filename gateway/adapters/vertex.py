@@ -151,8 +151,11 @@ class VertexAdapter:
         )
         call.upstream_body = (contents, config)
         # Without max_tokens Vertex allows up to the model's maximum: that is the bound.
-        limit = MAX_OUTPUT_TOKENS.get(call.model, DEFAULT_MAX_OUTPUT_TOKENS)
-        call.max_output_tokens = int(given or limit) * n
+        limit = MAX_OUTPUT_TOKENS.get(call.model)
+        # No max_tokens on a model whose maximum is not known: nothing bounds the output
+        # (the default only sizes a soft budget's hold; a hard budget refuses it).
+        call.output_unbounded = given is None and limit is None
+        call.max_output_tokens = int(given or limit or DEFAULT_MAX_OUTPUT_TOKENS) * n
         call.estimated_tokens = prompt_estimate(call) + call.max_output_tokens
 
     def pool_before_route(self, call: Call) -> str | None:

@@ -25,6 +25,7 @@ from gateway.adapters.base import (
     Upstream,
     Usage,
     check_parameters,
+    output_bound,
     prompt_bound,
     prompt_estimate,
     refuse,
@@ -123,9 +124,11 @@ class VllmAdapter:
         given = body.get("max_completion_tokens") or body.get("max_tokens")
         # Without max_tokens a worker may generate up to its context length; the gateway's
         # cap is the bound it reserves for (workers are configured within it).
-        call.max_output_tokens = int(given or settings.CACHEPLANE_GATEWAY_MAX_TOKENS)
-        choices = int(body.get("n") or 1) if isinstance(body.get("n"), int) else 1
-        call.max_output_tokens *= max(1, choices)
+        # Per prompt and per sequence: 256 prompts × n = 2 generate 512 sequences, each up
+        # to the cap; a list of prompts reserved once was 19× the hard limit (issue #23.4).
+        call.max_output_tokens = output_bound(
+            body, call.kind, per_sequence=int(given or settings.CACHEPLANE_GATEWAY_MAX_TOKENS)
+        )
         prefix = cache.prefix_message if cache is not None else None
         call.prompt_tokens_bound = prompt_bound(call) + (
             len(json.dumps(prefix).encode()) if prefix else 0

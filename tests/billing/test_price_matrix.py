@@ -580,3 +580,61 @@ def test_a_reservation_bound_is_never_below_the_request_it_bounds() -> None:
     ).nanos
     # actual: 1,000×1,250 + 100,000×125 + 8,000×10,000 = 1.25M + 12.5M + 80M
     assert actual == 93_750_000 and bound >= actual
+
+
+DS_REASONER_PUBLISHED = TokenRates(
+    input=D("0.55"),
+    cached_input=D("0.14"),
+    cache_write_5m=D("0.55"),
+    cache_write_1h=D("0.55"),
+    output=D("2.19"),
+    discounts=(
+        DiscountWindow.parse(
+            {
+                "start": "16:30",
+                "end": "00:30",
+                "rates": {"input": "0.135", "cached_input": "0.035", "output": "0.550"},
+            }
+        ),
+    ),
+)
+DEEPSEEK_OFF_PEAK = [
+    # (shape, counts, when, expected n$): off-peak is DeepSeek's published per-line price
+    # (0.135 / 0.035 / 0.550), not 25 % of each peak rate (0.1375 / 0.035 / 0.5475).
+    ("reasoner-off-peak-miss", C(prompt_tokens=10_000), at(20, 0), 1_350_000),
+    # 10,000 × 135
+    ("reasoner-off-peak-hit", C(prompt_tokens=6_400, cached_read_tokens=6_400), at(17, 0), 224_000),
+    # 6,400 × 35
+    ("reasoner-off-peak-output", C(output_tokens=1_000), at(23, 0), 550_000),
+    # 1,000 × 550 (25 % of 2.19 would be 547,500)
+    (
+        "reasoner-off-peak-thinking-at-output",
+        C(prompt_tokens=10_000, output_tokens=1_000, thinking_tokens=2_000),
+        at(20, 0),
+        3_000_000,
+    ),
+    # 10,000 × 135 + 3,000 × 550 = 1.35M + 1.65M (75 % of each rate gave 3,017,500)
+    (
+        "reasoner-peak-unchanged",
+        C(prompt_tokens=10_000, output_tokens=1_000, thinking_tokens=2_000),
+        PEAK,
+        12_070_000,
+    ),
+    # 10,000 × 550 + 3,000 × 2,190
+    ("reasoner-window-end-exclusive", C(prompt_tokens=1_000), at(0, 30), 550_000),
+    # 1,000 × 550 (peak again at 00:30)
+]
+
+
+@pytest.mark.parametrize(
+    ("shape", "counts", "when", "expected"),
+    DEEPSEEK_OFF_PEAK,
+    ids=[c[0] for c in DEEPSEEK_OFF_PEAK],
+)
+def test_deepseek_off_peak_is_the_published_per_line_price(shape, counts, when, expected) -> None:
+    assert token_cost(counts, DS_REASONER_PUBLISHED, when).nanos == expected
+
+
+def test_a_window_with_rates_must_name_every_line() -> None:
+    with pytest.raises(ValueError, match="rates must name each"):
+        DiscountWindow.parse({"start": "16:30", "end": "00:30", "rates": {"input": "0.1"}})
