@@ -25,7 +25,16 @@ logger = logging.getLogger(__name__)
 LOOKBACK = timedelta(hours=2)  # covers a missed run or two without rescanning history
 BATCH = 5000
 #: The columns the sweep loads per cache (and the tenant row, joined).
-ACCRUAL_FIELDS = ("id", "tenant", "provider", "model", "token_count", "activated_at", "ended_at")
+ACCRUAL_FIELDS = (
+    "id",
+    "tenant",
+    "provider",
+    "model",
+    "token_count",
+    "activated_at",
+    "ended_at",
+    "pool",  # vLLM: the pool holding the prefix, whose GPU price prices its blocks
+)
 
 
 def _accrue_one(cache: CacheObject, *, start: datetime, end: datetime) -> int:
@@ -41,7 +50,7 @@ def _accrue_one(cache: CacheObject, *, start: datetime, end: datetime) -> int:
                 tokens=int(cache.token_count),
                 start=start,
                 end=end,
-                pool=getattr(cache, "pool", "") or "",
+                pool=cache.pool,
             )
         )
     except PriceNotFound:
