@@ -118,6 +118,8 @@ AUDITED_MODELS: dict[str, AuditFields] = {
             "budget_reservation_id",
             "activated_at",
             "ended_at",
+            "pool",
+            "evicted_seen_at",
         },
         # The cached prompt itself: the tenant's data, identified by content_digest.
         sensitive={"content"},
@@ -130,6 +132,9 @@ AUDITED_MODELS: dict[str, AuditFields] = {
             "query_rate_ewma",
             "created_at",
             "updated_at",
+            # Measured by every vLLM pin (like the hit counters), not a change anyone made.
+            "resident_tokens",
+            "resident_checked_at",
         },
     ),
     "caches.TenantCacheSettings": _fields(

@@ -93,6 +93,14 @@ class CacheObject(models.Model):
     vertex_location = models.CharField(max_length=64, blank=True)
     placement = ArrayField(models.CharField(max_length=100), default=list, blank=True)
     replication_factor = models.PositiveSmallIntegerField(default=1)
+    # vLLM: the worker pool holding the prefix (its GPU price prices the storage), and what
+    # the last probe found resident (the fewest cached tokens over the placement); a probe
+    # that found fewer than the whole prefix records when (``evicted_seen_at``: the console
+    # alerts). Empty / null on Vertex.
+    pool = models.CharField(max_length=100, blank=True)
+    resident_tokens = models.PositiveIntegerField(null=True, blank=True)
+    resident_checked_at = models.DateTimeField(null=True, blank=True)
+    evicted_seen_at = models.DateTimeField(null=True, blank=True)
     prewarm_cron = models.CharField(max_length=100, blank=True)
     next_prewarm_at = models.DateTimeField(null=True, blank=True)
     next_refresh_at = models.DateTimeField(null=True, blank=True)

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.engine.hashing import event_hash, hash_function
+from workers.engine.hashing import event_hash, hash_function, hashed_extra_keys
 from workers.request_hashing import HashSpec
-
-
-def _tuples(value: Any) -> Any:
-    """msgpack decodes tuples as lists; vLLM hashed tuples (pickle tells them apart)."""
-    return tuple(_tuples(v) for v in value) if isinstance(value, list | tuple) else value
 
 
 def check_first_blocks(events: list[dict[str, Any]], spec: HashSpec) -> tuple[int, int]:
@@ -18,8 +13,12 @@ def check_first_blocks(events: list[dict[str, Any]], spec: HashSpec) -> tuple[in
     extra keys with ``spec`` (algorithm, seed, salt form); (matched, mismatched).
 
     The tokens come from the event, so this checks what the gateway cannot see on its own:
-    the worker's hash algorithm and seed. Only unsalted chain starts are recomputed (see
-    below); events without ``token_ids`` or ``extra_keys`` (older releases) are not counted.
+    the worker's hash algorithm, seed and salt form. Salted chain starts are checked too:
+    vLLM 0.32 publishes the salt untagged (``(salt,)``) while it hashes the tagged pair
+    ``("cache_salt", salt)`` (``hashed_extra_keys``); recomputing from the published keys
+    as they stand was the false mismatch that once made this check skip salted blocks.
+    Events without ``token_ids`` or ``extra_keys`` (older releases), or with extra keys
+    other than a salt (LoRA, multimodal), are not counted.
     """
     ok = bad = 0
     hash_fn = hash_function(spec.algo)
@@ -32,12 +31,9 @@ def check_first_blocks(events: list[dict[str, Any]], spec: HashSpec) -> tuple[in
         size = event.get("block_size") or spec.block_size
         if not hashes or len(tokens) < size or not isinstance(extra, list) or not extra:
             continue
-        keys = _tuples(extra[0])
-        if keys is not None:
-            # Salted chain starts are not checked: against real vLLM 0.32 the salted
-            # first block's extra keys as decoded here did not always recompute to the
-            # sent hash although the gateway's predictions matched 100 % (see
-            # docs/vllm-protocol.md); an unsalted start checks algorithm and seed alone.
+        try:
+            keys = hashed_extra_keys(extra[0], spec.salt_form)
+        except ValueError:
             continue
         digest = hash_fn((root, tuple(tokens[:size]), keys))
         sent = hashes[0]

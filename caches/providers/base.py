@@ -40,15 +40,44 @@ class RemoteGone(PermanentProviderError):
     code = "remote_gone"
 
 
+@dataclass(frozen=True)
+class Prefill:
+    """One request a provider sent a worker to warm or probe a prefix: what it cost the
+    worker (metered as the cache's creation cost) and how much of the prefix was resident."""
+
+    worker: str
+    pool: str
+    request_id: str
+    prompt_tokens: int
+    cached_tokens: int | None  # None: the worker does not report prompt token details
+    output_tokens: int
+    #: The cached tokens a wholly resident prefix would report: its full blocks, less the
+    #: last token the engine always recomputes (``(prompt_tokens - 1) // block * block``).
+    resident_full: int
+
+
 @dataclass
 class RemoteState:
-    """What a provider reports after an operation."""
+    """What a provider reports after an operation.
+
+    ``prefills`` (vLLM): the warm-up or probe requests sent, one per worker; ``pool``: the
+    worker pool of the placement's first worker (the price of the cache's storage).
+    """
 
     remote_name: str = ""
     token_count: int | None = None
     expire_at: datetime | None = None
     placement: list[str] = field(default_factory=list)
     cached_tokens: int | None = None
+    pool: str = ""
+    prefills: list[Prefill] = field(default_factory=list)
+
+    @property
+    def evicted(self) -> bool:
+        """A probe found less than the whole prefix resident on some worker."""
+        return any(
+            p.cached_tokens is not None and p.cached_tokens < p.resident_full for p in self.prefills
+        )
 
 
 @dataclass

@@ -23,7 +23,12 @@ import httpx
 from django.conf import settings
 
 from caches.content import CacheContent
-from caches.providers.base import PermanentProviderError, RemoteState, TransientProviderError
+from caches.providers.base import (
+    PermanentProviderError,
+    Prefill,
+    RemoteState,
+    TransientProviderError,
+)
 from tenants.salt import tenant_cache_salt
 from workers.routing import placement_for
 from workers.secrets import unseal
@@ -106,29 +111,50 @@ class VllmProvider:
             raise TransientProviderError(f"no healthy worker serves {cache.model!r}")
         return placement_for(placement_key(cache), workers, cache.replication_factor)
 
+    def _prefill(self, worker: Worker, cache: CacheObject, request_id: str) -> Prefill:
+        usage = self._warm(worker, cache, request_id=request_id)
+        prompt = int(usage.get("prompt_tokens") or 0)
+        # Without ``--enable-prompt-tokens-details`` vLLM reports no details: residency
+        # is then unknown (None), not "nothing resident".
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        block = worker.block_size or 16
+        return Prefill(
+            worker=worker.name,
+            pool=worker.pool,
+            request_id=request_id,
+            prompt_tokens=prompt,
+            cached_tokens=int(cached or 0) if isinstance(details, dict) else None,
+            output_tokens=int(usage.get("completion_tokens") or 0),
+            resident_full=max(prompt - 1, 0) // block * block,
+        )
+
+    def _sent(self, cache: CacheObject, kind: str) -> RemoteState:
+        chosen = self._workers(cache)
+        prefills = [self._prefill(w, cache, f"cp-{kind}-{cache.pk}-{w.name}") for w in chosen]
+        tokens = next((p.prompt_tokens for p in prefills if p.prompt_tokens), cache.token_count)
+        return RemoteState(
+            placement=[w.name for w in chosen],
+            token_count=tokens,
+            cached_tokens=min(
+                (p.cached_tokens for p in prefills if p.cached_tokens is not None), default=None
+            ),
+            pool=chosen[0].pool,
+            prefills=prefills,
+        )
+
     def create(self, cache: CacheObject, *, retry: bool = False) -> RemoteState:
         # Warming is a request: a retry simply warms again.
-        chosen = self._workers(cache)
-        tokens = None
-        for worker in chosen:
-            usage = self._warm(worker, cache, request_id=f"cp-warm-{cache.pk}-{worker.name}")
-            tokens = usage.get("prompt_tokens", tokens)
-        return RemoteState(placement=[w.name for w in chosen], token_count=tokens)
+        return self._sent(cache, "warm")
 
     def refresh(self, cache: CacheObject, *, ttl_seconds: int) -> RemoteState:
-        """Probe (and re-warm on a miss) on the current placement, replacing dead workers."""
-        chosen = self._workers(cache)
-        cached_min: int | None = None
-        tokens = cache.token_count
-        for worker in chosen:
-            usage = self._warm(worker, cache, request_id=f"cp-probe-{cache.pk}-{worker.name}")
-            details = usage.get("prompt_tokens_details") or {}
-            cached = details.get("cached_tokens") or 0
-            cached_min = cached if cached_min is None else min(cached_min, cached)
-            tokens = usage.get("prompt_tokens", tokens)
-        return RemoteState(
-            placement=[w.name for w in chosen], token_count=tokens, cached_tokens=cached_min
-        )
+        """Probe (and re-warm on a miss) on the current placement, replacing dead workers.
+
+        The probe's cached tokens are the residency: fewer than the prefix's full blocks
+        on a worker means that worker evicted (part of) the pinned prefix since the last
+        pin; the probe has just recomputed it.
+        """
+        return self._sent(cache, "probe")
 
     def evict(self, cache: CacheObject) -> None:
         return None  # unpinning is the state change itself (see the module docstring)

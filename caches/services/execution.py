@@ -41,6 +41,7 @@ from caches.providers.registry import provider_for
 from caches.providers.vertex import VertexProvider
 from caches.services.creation import creation_book, economic_creation_decision
 from caches.services.locks import operation_lock
+from caches.services.residency import prefills_book, vllm_result_record
 from caches.services.transitions import cache_transition
 from tenants.actor import Actor
 
@@ -261,6 +262,8 @@ def _superseded(op: CacheOperation, remote: RemoteState) -> bool:
             fields += ["activated_at", "token_count"]
             creation_book(op, cache, now, observe=False)
         cache.save(update_fields=fields)
+    if remote.prefills:  # the warm-up or probe ran on the workers: it is paid for
+        prefills_book(op=op, cache=cache, remote=remote, now=timezone.now())
     operation_finish(
         op,
         OperationStatus.SUCCEEDED,
@@ -294,7 +297,9 @@ def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
         if remote.placement:
             cache.placement = remote.placement
         cache.ttl_seconds = ttl
-        cache.expire_at = remote.expire_at or (now + timedelta(seconds=ttl))
+        if not (is_pin(op, cache) and cache.ttl_policy == TtlPolicy.FIXED and cache.expire_at):
+            # A pin keeps a fixed cache's blocks resident; it never moves its expiry.
+            cache.expire_at = remote.expire_at or (now + timedelta(seconds=ttl))
         cache.last_error, cache.last_error_code = "", ""
         cache.next_refresh_at = next_refresh_time(cache, now)
         if cache.prewarm_cron and (cache.next_prewarm_at is None or cache.next_prewarm_at <= now):
@@ -314,11 +319,15 @@ def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
             cache.activated_at = now
             fields.append("activated_at")
             creation_book(op, cache, now)
+        vllm_fields, evicted = vllm_result_record(op=op, cache=cache, remote=remote, now=now)
+        fields += vllm_fields
         reason = f"{op.kind} succeeded"
         if remote.cached_tokens is not None:
             reason += f" (resident: {remote.cached_tokens} cached tokens)"
+        if evicted:
+            reason += f": {evicted}"
         if cache.state == CacheState.ACTIVE and is_pin(op, cache):
-            _pin_record(cache=cache, before=before, fields=fields, reason=reason)
+            _pin_record(cache=cache, before=before, fields=fields, reason=reason, alert=evicted)
             operation_finish(op, OperationStatus.SUCCEEDED)
             return
         cache_transition(
@@ -334,22 +343,26 @@ def operation_apply_success(op: CacheOperation, remote: RemoteState) -> None:
 
 
 def _pin_record(
-    *, cache: CacheObject, before: dict[str, Any], fields: list[str], reason: str
+    *, cache: CacheObject, before: dict[str, Any], fields: list[str], reason: str, alert: str
 ) -> None:
-    """Save a pin's result; audit and timeline only what changed (usually nothing)."""
+    """Save a pin's result; audit and timeline only what changed (usually nothing), and
+    a timeline entry when the probe found the pinned prefix evicted (``alert``)."""
     cache.save(update_fields=sorted({*fields, "updated_at"}))
     after = {"placement": list(cache.placement or []), "token_count": cache.token_count}
     changed = sorted(name for name in after if before.get(name) != after[name])
-    if not changed:
+    if not changed and not alert:
         return
-    # One coalesced record for a pin that moved or re-counted the prefix.
+    # One coalesced record for a pin that moved, re-counted or re-warmed the prefix.
+    text = f"pin: {', '.join(changed)} changed" if changed else "pin"
     CacheTransition.objects.create(
         tenant_id=cache.tenant_id,
         cache=cache,
         from_state=cache.state,
         to_state=cache.state,
-        reason=f"pin: {', '.join(changed)} changed"[:300],
+        reason=(f"{text}; {alert}" if alert else text)[:300],
     )
+    if not changed:
+        return
     audit_record(
         actor=SYSTEM,
         action="caches.cache.update",

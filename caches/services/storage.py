@@ -34,6 +34,7 @@ ACCRUAL_FIELDS = (
     "activated_at",
     "ended_at",
     "expire_at",
+    "pool",  # vLLM: the pool holding the prefix, whose GPU price prices its blocks
 )
 
 
@@ -57,7 +58,7 @@ def _accrue_one(cache: CacheObject, *, start: datetime, end: datetime) -> int:
                 tokens=int(cache.token_count),
                 start=start,
                 end=end,
-                pool=getattr(cache, "pool", "") or "",
+                pool=cache.pool,
             )
         )
     except PriceNotFound:

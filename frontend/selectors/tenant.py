@@ -155,6 +155,14 @@ def cache_detail(*, tenant: Tenant, cache: CacheObject) -> dict[str, Any]:
         "query_rate_per_hour": round(cache.query_rate_ewma, 3),
         "storage_cost_usd": usd(storage),
         "placement": cache.placement,
+        "pool": cache.pool,
+        # vLLM residency: the last probe's cached tokens, and when a probe last found the
+        # pinned prefix evicted (the page alerts while the cache lives).
+        "resident_tokens": cache.resident_tokens,
+        "resident_checked_at": (
+            cache.resident_checked_at.isoformat() if cache.resident_checked_at else None
+        ),
+        "evicted_seen_at": cache.evicted_seen_at.isoformat() if cache.evicted_seen_at else None,
         "content_digest": cache.content_digest,
         "timeline": timeline,
         "prewarm_cron": cache.prewarm_cron,

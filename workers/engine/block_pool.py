@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from workers.engine.hashing import block_extra_keys, event_hash
+from workers.engine.hashing import event_extra_keys, event_hash
 from workers.engine.kv_events import (
     MEDIUM_GPU,
     AllBlocksCleared,
@@ -185,7 +185,7 @@ class BlockPool:
                     lora_id=None,
                     medium=MEDIUM_GPU,
                     lora_name=None,
-                    extra_keys=[block_extra_keys(i, cache_salt) for i in range(start, end)],
+                    extra_keys=[event_extra_keys(i, cache_salt) for i in range(start, end)],
                     group_idx=0,
                     kv_cache_spec_kind="full_attention",
                 )

@@ -85,6 +85,26 @@ def block_extra_keys(
     return None
 
 
+def event_extra_keys(block_index: int, cache_salt: str | None) -> tuple[Any, ...] | None:
+    """Extra keys of one block as a KV event publishes them: vLLM 0.32 hashes the tagged
+    pair but publishes every extra key untagged (``to_event_extra_keys`` in
+    ``vllm/v1/core/kv_cache_utils.py``: "Events keep that format until consumers handle
+    the tagged keys"), so the salt appears bare, ``(salt,)``."""
+    return block_extra_keys(block_index, cache_salt, "bare")
+
+
+def hashed_extra_keys(event_keys: Any, salt_form: str = "tagged") -> tuple[Any, ...] | None:
+    """Block 0's hashed extra keys from the ones its event published (:func:`event_extra_keys`):
+    ``None`` stays ``None``, a lone salt is hashed in ``salt_form``. Raises ValueError for
+    anything else (LoRA names, multimodal or prompt-embedding keys: not reproduced here)."""
+    if event_keys is None:
+        return None
+    keys = tuple(event_keys) if isinstance(event_keys, list | tuple) else (event_keys,)
+    if len(keys) != 1 or not isinstance(keys[0], str):
+        raise ValueError(f"extra keys other than a cache salt: {keys!r}")
+    return block_extra_keys(0, keys[0], salt_form)
+
+
 def hash_block_tokens(
     hash_fn: HashFn,
     parent_hash: bytes,

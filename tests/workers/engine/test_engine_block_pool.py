@@ -46,7 +46,7 @@ def test_blocks_stored_once_cached_and_event_lists_the_chain() -> None:
         lora_id=None,
         medium="GPU",
         lora_name=None,
-        extra_keys=[(("cache_salt", "s"),), None],  # vLLM 0.32 tags the salt
+        extra_keys=[("s",), None],  # vLLM 0.32 hashes the salt tagged, publishes it bare
         group_idx=0,
         kv_cache_spec_kind="full_attention",
     )

@@ -109,7 +109,7 @@ def test_events_carry_vllm_hashes_in_both_encodings_and_replay(
             "lora_id": None,
             "medium": "GPU",
             "lora_name": None,
-            "extra_keys": [(["cache_salt", "tenant-a"],)] + [None] * 5,  # tagged, as vLLM 0.32
+            "extra_keys": [("tenant-a",)] + [None] * 5,  # published untagged, as vLLM 0.32
             "group_idx": 0,
             "kv_cache_spec_kind": "full_attention",
             "kv_cache_spec_sliding_window": None,
@@ -140,7 +140,7 @@ def test_events_carry_vllm_hashes_in_both_encodings_and_replay(
                 None,
                 "GPU",
                 None,
-                [[["cache_salt", "tenant-a"]]] + [None] * 5,
+                [["tenant-a"]] + [None] * 5,
                 0,
                 "full_attention",
                 None,
