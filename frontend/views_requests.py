@@ -38,7 +38,9 @@ def request_log(request: TenantPageRequest) -> HttpResponse:
         since=_utc(get.get("since", "")[:40]),
         until=_utc(get.get("until", "")[:40]),
     )
-    page = request_log_page(tenant=request.tenant, filters=filters, cursor=get.get("after", "")[:80])
+    page = request_log_page(
+        tenant=request.tenant, filters=filters, cursor=get.get("after", "")[:80]
+    )
     older = None
     if page.next_cursor:
         query = get.copy()

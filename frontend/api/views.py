@@ -20,7 +20,9 @@ from workers import kv_pressure
 
 SERIES_PARAMETERS = [
     OpenApiParameter("range", str, enum=list(selectors.RANGES)),
-    OpenApiParameter("since", OpenApiTypes.DATETIME, description="Custom range start (with until)."),
+    OpenApiParameter(
+        "since", OpenApiTypes.DATETIME, description="Custom range start (with until)."
+    ),
     OpenApiParameter("until", OpenApiTypes.DATETIME, description="Custom range end (with since)."),
 ]
 
