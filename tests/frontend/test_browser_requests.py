@@ -66,13 +66,14 @@ def _book_usage() -> None:
 
 
 def _bar_point(console, chart: str, index: int) -> tuple[float, float]:
-    """Page coordinates of a bar of ``chart`` (its top centre, a few pixels inside)."""
+    """Page coordinates of the middle of a bar of ``chart`` (from the chart's own scales)."""
+    console.locator(f"#{chart}").scroll_into_view_if_needed()
     box = console.locator(f"#{chart}").bounding_box()
-    x, y, base = console.evaluate(
-        f"(() => {{ const m = {CHART.format(chart)}.getDatasetMeta(0).data[{index}];"
-        " return [m.x, m.y, m.base]; })()"
+    x, y = console.evaluate(
+        f"(() => {{ const c = {CHART.format(chart)}, p = c.data.datasets[0].data[{index}];"
+        " return [c.scales.x.getPixelForValue(p.x), c.scales.y.getPixelForValue(p.y / 2)]; })()"
     )
-    return box["x"] + x, box["y"] + (y + base) / 2
+    return box["x"] + x, box["y"] + y
 
 
 def test_the_request_log_shows_a_request_just_sent_with_the_openai_sdk(
@@ -104,6 +105,7 @@ def test_the_request_log_shows_a_request_just_sent_with_the_openai_sdk(
     assert console.locator("#requests-table tbody tr[data-request]").count() == 0
     # From a spend bar on the tenant's chart to the requests behind it.
     console.go("/t/gw-acme/")
+    console.wait_until("Number(document.getElementById('page').dataset.rangeDrawn) >= 1")
     console.click("[data-range='1h']")
     console.wait_until(f"{CHART.format('spend-chart')}.data.datasets[0].data.some(p => p.y > 0)")
     index = console.evaluate(
@@ -142,13 +144,16 @@ def test_a_chart_zooms_by_drag_and_shows_exact_values_on_hover(
     _admin(acme["tenant"])
     console.login("acme-owner")
     console.go("/t/gw-acme/")
+    console.wait_until("Number(document.getElementById('page').dataset.rangeDrawn) >= 1")
     for name in ("live", "1h", "6h", "24h", "7d", "30d"):  # several ticks at every range
         drawn = console.evaluate("Number(document.getElementById('page').dataset.rangeDrawn||0)")
         console.click(f"[data-range='{name}']")
         console.wait_until(f"Number(document.getElementById('page').dataset.rangeDrawn) > {drawn}")
         ticks = console.evaluate(f"{CHART.format('hit-chart')}.scales.x.ticks.length")
         assert ticks >= 3, (name, ticks)
+    drawn = console.evaluate("Number(document.getElementById('page').dataset.rangeDrawn)")
     console.click("[data-range='1h']")
+    console.wait_until(f"Number(document.getElementById('page').dataset.rangeDrawn) > {drawn}")
     console.wait_until(f"{CHART.format('spend-chart')}.data.datasets[0].data.some(p => p.y > 0)")
     spend = CHART.format("spend-chart")
     index = console.evaluate(f"{spend}.data.datasets[0].data.findIndex(p => p.y > 0)")
@@ -161,6 +166,7 @@ def test_a_chart_zooms_by_drag_and_shows_exact_values_on_hover(
     before = console.evaluate(
         f"{CHART.format('hit-chart')}.scales.x.max - {CHART.format('hit-chart')}.scales.x.min"
     )
+    console.locator("#hit-chart").scroll_into_view_if_needed()
     box = console.locator("#hit-chart").bounding_box()
     area = console.evaluate(
         f"(() => {{ const a = {CHART.format('hit-chart')}.chartArea;"

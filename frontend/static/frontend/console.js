@@ -164,17 +164,19 @@
                      zoom: zoomOptions("spend") } },
       });
     }
-    document.querySelectorAll("[data-range]").forEach((b) => b.addEventListener("click", () => selectRange(b.dataset.range)));
+    // A range the user picks wins over the opening guess, whichever answers last.
+    document.querySelectorAll("[data-range]").forEach((b) => b.addEventListener("click", () => { state.userChose = true; selectRange(b.dataset.range); }));
     const custom = document.getElementById("range-custom");
     if (custom) custom.addEventListener("submit", (e) => {
       e.preventDefault();
       const from = Date.parse(custom.elements.since.value + "Z"), to = Date.parse(custom.elements.until.value + "Z");
       if (isNaN(from) || isNaN(to) || to <= from) { toast("Choose a From before the To.", true); return; }
+      state.userChose = true;
       selectRange("custom", [from, to]);
     });
     const reset = document.getElementById("zoom-reset");
     if (reset) reset.addEventListener("click", () => selectRange(state.zoomedFrom || state.range, state.zoomedFrom === "custom" ? state.customSpan : null));
-    openingRange().then((r) => selectRange(r));
+    openingRange().then((r) => { if (!state.userChose) selectRange(r); });
   }
   // Live when this browser holds live points; else the last hour if it had traffic (a
   // first visit then shows history instead of an empty live chart).
@@ -258,6 +260,7 @@
       page.dataset.rangeDrawn = String(Number(page.dataset.rangeDrawn || 0) + 1);
       return;
     }
+    state.userChose = true;
     if (!state.zoomedFrom) state.zoomedFrom = state.range;
     if (state.zoomedFrom === "custom" && !state.customSpan) state.customSpan = state.span;
     const custom = document.getElementById("range-custom");
