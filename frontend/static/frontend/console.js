@@ -194,7 +194,8 @@
     state.span = span; state.stepMs = stepMs;
     [state.chart, state.spendChart].forEach((c) => {
       if (!c) return;
-      if (c.resetZoom && c.isZoomedOrPanned && c.isZoomedOrPanned()) c.resetZoom("none");
+      // resetZoom calls onZoomComplete itself: not a drag, so zoomedTo must ignore it.
+      if (c.resetZoom && c.isZoomedOrPanned && c.isZoomedOrPanned()) { state.resetting = true; c.resetZoom("none"); state.resetting = false; }
       c.options.scales.x.min = span[0]; c.options.scales.x.max = span[1];
       c.update("none");
     });
@@ -253,6 +254,7 @@
   // A drag on either chart: show that span on both, with the finer buckets re-read over
   // REST (Live keeps its per-second points and only narrows the axis).
   function zoomedTo(c) {
+    if (state.resetting) return;
     const from = Math.round(c.scales.x.min), to = Math.round(c.scales.x.max);
     if (!(to > from)) return;
     if (state.range === "live" || !page.dataset.seriesUrl) {
