@@ -134,11 +134,13 @@ def main() -> None:
         from frontend.views_history import _utc
 
         times, queries = [], []
+        by_filter: dict[str, list[float]] = {}
         for _ in range(args.queries):
             params = random_query(rng, slugs, args.events)
             t0 = time.perf_counter()
             response = client.get("/platform/audit/", params)
             times.append((time.perf_counter() - t0) * 1000)
+            by_filter.setdefault("+".join(sorted(params)) or "none", []).append(times[-1])
             assert response.status_code == 200, response.status_code
             filters = AuditPageFilters(
                 **{k: v for k, v in params.items() if k not in ("since", "until")},
@@ -174,6 +176,8 @@ def main() -> None:
         return statistics.quantiles(values, n=20)[18] if len(values) >= 2 else max(values)
 
     print(f"fill: {args.events} events in {fill_s:.1f} s")
+    for name, values in sorted(by_filter.items()):
+        print(f"  filter {name}: max {max(values):.1f} ms over {len(values)}")
     p50 = statistics.median(times)
     print(f"page: p50 {p50:.1f} ms, p95 {p95(times):.1f} ms, max {max(times):.1f} ms")
     if deep:

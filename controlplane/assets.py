@@ -19,6 +19,8 @@ REQUIRED = (
     REPO / "node_modules" / "htmx.org" / "dist" / "htmx.min.js",
     REPO / "node_modules" / _ADAPTER / "dist" / f"{_ADAPTER}.bundle.min.js",
     REPO / "node_modules" / "axe-core" / "axe.min.js",
+    REPO / "node_modules" / "chartjs-plugin-zoom" / "dist" / "chartjs-plugin-zoom.min.js",
+    REPO / "node_modules" / "hammerjs" / "hammer.min.js",
 )
 
 

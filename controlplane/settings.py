@@ -167,6 +167,9 @@ STATICFILES_DIRS = [
     ("vendor/chart.js", NODE_MODULES / "chart.js" / "dist"),
     ("vendor/htmx", NODE_MODULES / "htmx.org" / "dist"),
     ("vendor/chartjs-adapter-date-fns", NODE_MODULES / "chartjs-adapter-date-fns" / "dist"),
+    # Drag-to-zoom on the console's time charts; hammerjs is its touch (pinch) dependency.
+    ("vendor/chartjs-plugin-zoom", NODE_MODULES / "chartjs-plugin-zoom" / "dist"),
+    ("vendor/hammerjs", NODE_MODULES / "hammerjs"),
 ]
 # Serve through finders (no collectstatic step) unless a collected STATIC_ROOT is used.
 WHITENOISE_USE_FINDERS = env_bool("CACHEPLANE_STATIC_FROM_FINDERS", True)

@@ -17,6 +17,7 @@ from frontend import (
     views_manage,
     views_people,
     views_platform,
+    views_requests,
 )
 
 T = "t/<slug:tenant>"
@@ -171,6 +172,7 @@ urlpatterns = [
         name="console-rate-limit-delete",
     ),
     path(f"{T}/audit/", views.audit_page, name="console-audit"),
+    path(f"{T}/requests/", views_requests.request_log, name="console-requests"),
     path(f"{T}/break-even/", views.breakeven_page, name="console-breakeven"),
     path("login/", views_login.ConsoleLoginView.as_view(), name="login"),
     path("login/sso/", views_login.sso_start, name="sso-start"),

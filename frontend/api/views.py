@@ -18,6 +18,23 @@ from frontend import selectors
 from tenants.models import Principal
 from workers import kv_pressure
 
+SERIES_PARAMETERS = [
+    OpenApiParameter("range", str, enum=list(selectors.RANGES)),
+    OpenApiParameter(
+        "since", OpenApiTypes.DATETIME, description="Custom range start (with until)."
+    ),
+    OpenApiParameter("until", OpenApiTypes.DATETIME, description="Custom range end (with since)."),
+]
+
+
+def _series(request: Request, *, tenant_ids: list[Any] | None) -> dict[str, Any]:
+    params = request.query_params
+    custom = selectors.custom_range(since=params.get("since", ""), until=params.get("until", ""))
+    since, until = custom if custom else (None, None)
+    return selectors.usage_series(
+        tenant_ids=tenant_ids, range_key=params.get("range", "1h"), since=since, until=until
+    )
+
 
 @extend_schema(tags=["console"])
 # No model behind it (snapshots assembled by the console's selectors), hence Any.
@@ -41,17 +58,11 @@ class TenantConsoleViewSet(TenantScopedMixin, viewsets.GenericViewSet[Any]):
             raise CacheNotFound("No such cache.")
         return Response(selectors.cache_detail(tenant=self.tenant, cache=cache))
 
-    @extend_schema(
-        parameters=[OpenApiParameter("range", str, enum=list(selectors.RANGES))],
-        responses={200: OpenApiTypes.OBJECT},
-    )
+    @extend_schema(parameters=SERIES_PARAMETERS, responses={200: OpenApiTypes.OBJECT})
     def series(self, request: Request, tenant: str) -> Response:
-        """Hit rate, requests, spend and savings per bucket, from the rollups."""
-        return Response(
-            selectors.usage_series(
-                tenant_ids=[self.tenant.pk], range_key=request.query_params.get("range", "1h")
-            )
-        )
+        """Hit rate, requests, spend and savings per bucket, from the rollups: a named
+        range, or a custom ``since``/``until`` (400 ``invalid_range`` when malformed)."""
+        return Response(_series(request, tenant_ids=[self.tenant.pk]))
 
 
 @extend_schema(tags=["console"])
@@ -71,17 +82,10 @@ class PlatformConsoleViewSet(PlatformMixin, viewsets.GenericViewSet[Any]):
         page = request.query_params.get("page", "1")
         return Response(selectors.platform_summary(page=int(page) if page.isdigit() else 1))
 
-    @extend_schema(
-        parameters=[OpenApiParameter("range", str, enum=list(selectors.RANGES))],
-        responses={200: OpenApiTypes.OBJECT},
-    )
+    @extend_schema(parameters=SERIES_PARAMETERS, responses={200: OpenApiTypes.OBJECT})
     def series(self, request: Request) -> Response:
         """The fleet's series (every tenant: platform principals only)."""
-        return Response(
-            selectors.usage_series(
-                tenant_ids=None, range_key=request.query_params.get("range", "1h")
-            )
-        )
+        return Response(_series(request, tenant_ids=None))
 
     @extend_schema(
         parameters=[OpenApiParameter("range", str, enum=list(kv_pressure.RANGES))],

@@ -14,7 +14,13 @@ from frontend.selectors.platform import (
     worker_rows,
     workers_summary,
 )
-from frontend.selectors.series import RANGES, hit_series, usage_series
+from frontend.selectors.series import (
+    RANGES,
+    SeriesRangeInvalid,
+    custom_range,
+    hit_series,
+    usage_series,
+)
 from frontend.selectors.tenant import (
     cache_detail,
     tenant_spend_section,
@@ -24,8 +30,10 @@ from frontend.selectors.tenant import (
 
 __all__ = [
     "RANGES",
+    "SeriesRangeInvalid",
     "breakeven_models",
     "cache_detail",
+    "custom_range",
     "hit_series",
     "month_bounds",
     "platform_summary",

@@ -111,23 +111,41 @@
   setInterval(() => document.querySelectorAll("time[datetime]").forEach((t) => { t.textContent = humanTime(t.dateTime); }), 30000);
 
   // --- Charts ------------------------------------------------------------------------
-  const COLORS = { available: "#627d98", routed: "#b7791f", delivered: "#147d64", spend: "#2680c2", saved: "#27ab83" };
+  // A Grafana-like time picker: named ranges, a custom from/to, drag on a chart to zoom
+  // in (chartjs-plugin-zoom, from npm; the finer buckets are re-read over REST), hover
+  // tooltips with exact values, ticks chosen by Chart.js for the span shown, and a click
+  // on a spend bar opening the request log for that bucket.
+  const COLORS = { available: "#627d98", routed: "#b7791f", delivered: "#147d64", spend: "#2680c2", saved: "#1a7f5a" };
+  const RANGE_MS = { "1h": 3600e3, "6h": 6 * 3600e3, "24h": 86400e3, "7d": 7 * 86400e3, "30d": 30 * 86400e3 };
+  if (window.Chart && window.ChartZoom) window.Chart.register(window.ChartZoom);
   function timeScale(unit) {
-    return { type: "time", time: { unit: unit, tooltipFormat: "yyyy-MM-dd HH:mm:ss", displayFormats: { minute: "HH:mm", hour: "HH:mm", day: "MMM d" } }, ticks: { maxRotation: 0, autoSkip: true, maxTicksLimit: 10 } };
+    // No fixed unit: Chart.js picks seconds to days from the span, so every range (and a
+    // zoom) gets several readable ticks, not one.
+    return { type: "time", time: { unit: unit || false, minUnit: "second", tooltipFormat: "yyyy-MM-dd HH:mm:ss",
+      displayFormats: { second: "HH:mm:ss", minute: "HH:mm", hour: "MMM d HH:mm", day: "MMM d" } },
+      ticks: { maxRotation: 0, autoSkip: true, maxTicksLimit: 8, source: "auto" } };
   }
+  function zoomOptions(chart) {
+    return { zoom: { drag: { enabled: true, backgroundColor: "rgba(38,128,194,0.15)" }, mode: "x",
+      onZoomComplete: ({ chart: c }) => zoomedTo(c, chart) } };
+  }
+  function exactShare(ctx) { return `${ctx.dataset.label}: ${ctx.parsed.y === null ? "no data" : (ctx.parsed.y * 100).toFixed(2) + " %"}`; }
+  function exactUsd(ctx) { return `${ctx.dataset.label}: $${Number(ctx.parsed.y || 0).toFixed(6)}`; }
   function buildCharts() {
     const canvas = document.getElementById("hit-chart");
     if (!canvas || !window.Chart) return;
+    // Distinct dashes and point shapes: the three series often coincide (routing captured
+    // all the reuse), and a line drawn over another must still be told apart.
+    const line = (key, dash, point) => ({ label: key, data: [], borderColor: COLORS[key], backgroundColor: COLORS[key],
+      borderDash: dash, pointStyle: point, pointRadius: 2.5, borderWidth: 2, spanGaps: false });
     state.chart = new window.Chart(canvas, {
       type: "line",
-      data: { datasets: [
-        { label: "available", data: [], borderColor: COLORS.available, backgroundColor: COLORS.available, spanGaps: false, pointRadius: 1.5 },
-        { label: "routed", data: [], borderColor: COLORS.routed, backgroundColor: COLORS.routed, spanGaps: false, pointRadius: 1.5 },
-        { label: "delivered", data: [], borderColor: COLORS.delivered, backgroundColor: COLORS.delivered, spanGaps: false, pointRadius: 1.5 },
-      ] },
+      data: { datasets: [line("available", [8, 4], "rect"), line("routed", [3, 3], "triangle"), line("delivered", [], "circle")] },
       options: { animation: false, maintainAspectRatio: false, parsing: false,
-        scales: { x: timeScale("minute"), y: { min: 0, max: 1, title: { display: true, text: "share of prompt tokens" }, ticks: { callback: (v) => Math.round(v * 100) + "%" } } },
-        plugins: { legend: { display: true } } },
+        interaction: { mode: "nearest", axis: "x", intersect: false },
+        scales: { x: timeScale(), y: { min: 0, max: 1, title: { display: true, text: "share of prompt tokens" }, ticks: { callback: (v) => Math.round(v * 100) + "%" } } },
+        plugins: { legend: { display: true, labels: { filter: (item, data) => data.datasets[item.datasetIndex].data.length > 0 } },
+                   tooltip: { callbacks: { label: exactShare } }, zoom: zoomOptions("hit") } },
     });
     const spend = document.getElementById("spend-chart");
     if (spend) {
@@ -138,12 +156,27 @@
           { label: "saved by caching ($)", data: [], backgroundColor: COLORS.saved, maxBarThickness: 14 },
         ] },
         options: { animation: false, maintainAspectRatio: false, parsing: false,
-          scales: { x: { ...timeScale("minute"), stacked: false },
-                    y: { beginAtZero: true, title: { display: true, text: "USD per bucket" }, ticks: { callback: (v) => money(v) } } } },
+          interaction: { mode: "index", intersect: false },
+          onClick: (event, elements) => spendClicked(elements),
+          scales: { x: { ...timeScale(), stacked: false, offset: true },
+                    y: { beginAtZero: true, title: { display: true, text: "USD per bucket" }, ticks: { callback: (v) => money(v) } } },
+          plugins: { tooltip: { callbacks: { label: exactUsd, footer: () => (page.dataset.requestsUrl ? "Click for the requests behind this bar" : "") } },
+                     zoom: zoomOptions("spend") } },
       });
     }
-    document.querySelectorAll("[data-range]").forEach((b) => b.addEventListener("click", () => selectRange(b.dataset.range)));
-    openingRange().then(selectRange);
+    // A range the user picks wins over the opening guess, whichever answers last.
+    document.querySelectorAll("[data-range]").forEach((b) => b.addEventListener("click", () => { state.userChose = true; selectRange(b.dataset.range); }));
+    const custom = document.getElementById("range-custom");
+    if (custom) custom.addEventListener("submit", (e) => {
+      e.preventDefault();
+      const from = Date.parse(custom.elements.since.value + "Z"), to = Date.parse(custom.elements.until.value + "Z");
+      if (isNaN(from) || isNaN(to) || to <= from) { toast("Choose a From before the To.", true); return; }
+      state.userChose = true;
+      selectRange("custom", [from, to]);
+    });
+    const reset = document.getElementById("zoom-reset");
+    if (reset) reset.addEventListener("click", () => selectRange(state.zoomedFrom || state.range, state.zoomedFrom === "custom" ? state.customSpan : null));
+    openingRange().then((r) => { if (!state.userChose) selectRange(r); });
   }
   // Live when this browser holds live points; else the last hour if it had traffic (a
   // first visit then shows history instead of an empty live chart).
@@ -156,43 +189,85 @@
   }
   function liveKey() { return "cp.live." + (page.dataset.ws || kind); }
   function livePoints() { return stored(liveKey(), LIVE_KEEP_MS); }
+  function isoMinute(ms) { return new Date(ms).toISOString().slice(0, 19); }
+  function setSpan(span, stepMs) {
+    state.span = span; state.stepMs = stepMs;
+    [state.chart, state.spendChart].forEach((c) => {
+      if (!c) return;
+      // resetZoom calls onZoomComplete itself: not a drag, so zoomedTo must ignore it.
+      if (c.resetZoom && c.isZoomedOrPanned && c.isZoomedOrPanned()) { state.resetting = true; c.resetZoom("none"); state.resetting = false; }
+      c.options.scales.x.min = span[0]; c.options.scales.x.max = span[1];
+      c.update("none");
+    });
+    const custom = document.getElementById("range-custom");
+    if (custom && state.range !== "custom") { custom.elements.since.value = isoMinute(span[0]); custom.elements.until.value = isoMinute(span[1]); }
+    const link = document.getElementById("range-requests");
+    if (link && page.dataset.requestsUrl) link.href = requestsUrl(span[0], span[1]);
+    const shown = document.getElementById("range-shown");
+    if (shown) shown.textContent = `${isoMinute(span[0]).replace("T", " ")} to ${isoMinute(span[1]).replace("T", " ")} UTC, buckets of ${Math.round(stepMs / 1000)} s`;
+    page.dataset.rangeDrawn = String(Number(page.dataset.rangeDrawn || 0) + 1);
+  }
+  function requestsUrl(from, to) { return page.dataset.requestsUrl + "?since=" + isoMinute(from) + "&until=" + isoMinute(to); }
+  function spendClicked(elements) {
+    if (!elements.length || !page.dataset.requestsUrl) return;
+    const x = state.spendChart.data.datasets[elements[0].datasetIndex].data[elements[0].index].x;
+    location.href = requestsUrl(x, x + (state.stepMs || 60000));
+  }
   function drawLive() {
     const pts = livePoints();
     const ds = state.chart.data.datasets;
     ds[0].data = pts.map((p) => ({ x: p.t, y: p.a }));
     ds[1].data = pts.map((p) => ({ x: p.t, y: p.r }));
     ds[2].data = pts.map((p) => ({ x: p.t, y: p.d }));
-    state.chart.options.scales.x.time.unit = "minute";
-    state.chart.update("none");
     if (state.spendChart) {
       const s = state.spendChart.data.datasets;
       s[0].data = pts.map((p) => ({ x: p.t, y: p.c || 0 }));
       s[1].data = [];
-      state.spendChart.update("none");
     }
+    const now = Date.now(), first = pts.length ? pts[0].t : now - 60000;
+    setSpan([Math.min(first, now - 60000), now], 1000);
   }
-  async function selectRange(range) {
+  async function selectRange(range, span) {
     state.range = range;
+    if (range !== "custom") state.zoomedFrom = null;
     document.querySelectorAll("[data-range]").forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.range === range)));
+    const reset = document.getElementById("zoom-reset");
+    if (reset) reset.hidden = !state.zoomedFrom;
     if (!state.chart) return;
     if (range === "live" || !page.dataset.seriesUrl) { drawLive(); return; }
+    const query = range === "custom" ? `?since=${isoMinute(span[0])}Z&until=${isoMinute(span[1])}Z` : "?range=" + range;
     try {
-      const data = await getJSON(page.dataset.seriesUrl + "?range=" + range);
+      const data = await getJSON(page.dataset.seriesUrl + query);
       if (state.range !== range) return;
-      const unit = range === "1h" ? "minute" : range === "24h" ? "hour" : "day";
       const ds = state.chart.data.datasets;
       ds[0].data = []; ds[1].data = [];
       ds[2].data = data.points.map((p) => ({ x: Date.parse(p.at), y: p.hit_rate }));
-      state.chart.options.scales.x.time.unit = unit;
-      state.chart.update("none");
       if (state.spendChart) {
         const s = state.spendChart.data.datasets;
         s[0].data = data.points.map((p) => ({ x: Date.parse(p.at), y: p.cost_usd }));
         s[1].data = data.points.map((p) => ({ x: Date.parse(p.at), y: p.saved_usd }));
-        state.spendChart.options.scales.x.time.unit = unit;
-        state.spendChart.update("none");
       }
+      const to = range === "custom" ? span[1] : Date.now();
+      setSpan(range === "custom" ? span : [to - RANGE_MS[range], to], data.step_seconds * 1000);
     } catch (e) { toast("Could not load the range.", true); }
+  }
+  // A drag on either chart: show that span on both, with the finer buckets re-read over
+  // REST (Live keeps its per-second points and only narrows the axis).
+  function zoomedTo(c) {
+    if (state.resetting) return;
+    const from = Math.round(c.scales.x.min), to = Math.round(c.scales.x.max);
+    if (!(to > from)) return;
+    if (state.range === "live" || !page.dataset.seriesUrl) {
+      [state.chart, state.spendChart].forEach((o) => { if (o && o !== c) { o.options.scales.x.min = from; o.options.scales.x.max = to; o.update("none"); } });
+      page.dataset.rangeDrawn = String(Number(page.dataset.rangeDrawn || 0) + 1);
+      return;
+    }
+    state.userChose = true;
+    if (!state.zoomedFrom) state.zoomedFrom = state.range;
+    if (state.zoomedFrom === "custom" && !state.customSpan) state.customSpan = state.span;
+    const custom = document.getElementById("range-custom");
+    if (custom) { custom.elements.since.value = isoMinute(from); custom.elements.until.value = isoMinute(to); }
+    selectRange("custom", [from, to]).then(() => { const r = document.getElementById("zoom-reset"); if (r) r.hidden = false; });
   }
   function pushTick(p) {
     if (!p.prompt_tokens) return;
