@@ -224,9 +224,11 @@ class AnthropicAdapter:
         state: dict[str, Any] = {"chars": 0, "output_reported": 0, "final": False}
         async for event, data in self._events(call, response, state):
             yield event
-            if data.get("type") == "message_stop":
+            # An error event ends the relay too: booked as upstream_error, not as a
+            # client that went away.
+            if data.get("type") in ("message_stop", "error"):
                 result.completed = True
-            elif data.get("type") == "error":
+            if data.get("type") == "error":
                 return
 
     async def _relay_chat(
@@ -296,6 +298,7 @@ class AnthropicAdapter:
                         }
                     }
                 )
+                result.completed = True  # the relay's end: booked as upstream_error
                 return
             elif kind == "message_stop":
                 yield chunk({}, finish)

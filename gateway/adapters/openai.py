@@ -167,6 +167,7 @@ class OpenAIAdapter:
                 call.extra["status"] = "upstream_error"
                 error = {"message": f"{self.label}: {exc}", "type": "api_error"}
                 yield sse({"error": {**error, "param": None, "code": "upstream_error"}})
+                result.completed = True  # the relay's end: booked as upstream_error
                 return
             data = upstream.parse_sse_event(event)
             if data is None:
@@ -177,6 +178,7 @@ class OpenAIAdapter:
             if "error" in data:
                 call.extra["status"] = "upstream_error"
                 yield sse(data)
+                result.completed = True
                 return
             for choice in data.get("choices") or []:
                 delta = choice.get("delta") or {}
