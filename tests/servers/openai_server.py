@@ -129,13 +129,15 @@ class OpenAIServer:
         n = int(body.get("n") or 1)
         limit = body.get("max_completion_tokens") or body.get("max_tokens")
         text, wanted = _reply_count(body)
-        count = min(wanted, limit) if limit else wanted
-        finish = "length" if count < wanted else "stop"
         reasoning = 0
         if self.flavor == "openai" and model.startswith("gpt-5"):
             reasoning = REASONING.get(body.get("reasoning_effort") or "medium", 64)
         if model == "deepseek-reasoner":
             reasoning = 32
+        # The limit covers the reasoning too (max_completion_tokens; DeepSeek's max_tokens).
+        reasoning = min(reasoning, limit) if limit else reasoning
+        count = min(wanted, limit - reasoning) if limit else wanted
+        finish = "length" if count < wanted else "stop"
         audio_out = 2 * count if "audio" in (body.get("modalities") or []) else 0
         completion = (count + reasoning + audio_out) * n
         prompt = len(units)
