@@ -61,8 +61,11 @@ def _trace(seed: int = 7) -> list[tuple[float, str, dict]]:
             t += rng.uniform(20, 400)
     for q in range(60):
         events.append(
-            (rng.uniform(0, 7200), systems[rng.randrange(3)],
-             {"messages": [{"role": "user", "content": f"one-shot {q} " + "x" * 200}]})
+            (
+                rng.uniform(0, 7200),
+                systems[rng.randrange(3)],
+                {"messages": [{"role": "user", "content": f"one-shot {q} " + "x" * 200}]},
+            )
         )
     return sorted(events, key=lambda e: e[0])
 
@@ -94,8 +97,11 @@ async def _replay(url: str, server: AnthropicServer, autopilot: bool) -> dict[st
             totals["write_5m"] += w5
             totals["write_1h"] += w1
             totals["cost"] += (
-                usage["input_tokens"] * RATES[0] + w5 * RATES[1] + w1 * RATES[2]
-                + read * RATES[3] + usage["output_tokens"] * RATES[4]
+                usage["input_tokens"] * RATES[0]
+                + w5 * RATES[1]
+                + w1 * RATES[2]
+                + read * RATES[3]
+                + usage["output_tokens"] * RATES[4]
             )
             totals["requests"] += 1
     return totals
