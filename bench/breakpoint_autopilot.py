@@ -45,7 +45,7 @@ RATES = (3000, 3750, 6000, 300, 15000)
 
 def _trace(seed: int = 7) -> list[tuple[float, str, dict]]:
     rng = random.Random(seed)
-    systems = [("sys%d " % i) * 1200 for i in range(3)]  # 6,000 characters: 1,500 tokens
+    systems = [f"sys{i} " * 1200 for i in range(3)]  # 6,000 characters: 1,500 tokens
     events: list[tuple[float, str, dict]] = []
     for c in range(40):
         t = rng.uniform(0, 7200)

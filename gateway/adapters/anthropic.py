@@ -183,6 +183,7 @@ class AnthropicAdapter:
     ) -> AsyncIterator[tuple[bytes, dict[str, Any]]]:
         """Each upstream event with its JSON, usage and streamed characters booked."""
         seen: dict[str, Any] = {}
+        data: dict[str, Any]
         events = upstream.sse_events(response)
         while True:
             try:
@@ -190,8 +191,8 @@ class AnthropicAdapter:
             except StopAsyncIteration:
                 return
             except Exception as exc:  # the provider's connection broke mid-stream
-                lost = {"type": "error", "error": {"type": "api_error", "message": str(exc)}}
-                event, data = sse(lost, "error"), lost
+                data = {"type": "error", "error": {"type": "api_error", "message": str(exc)}}
+                event = sse(data, "error")
             else:
                 data = upstream.parse_sse_event(event) or {}
             kind = data.get("type")

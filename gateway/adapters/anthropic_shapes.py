@@ -166,7 +166,9 @@ def tools_from_chat(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def chat_body(answer: dict[str, Any], *, rid: str, created: int, model: str, usage: Usage):
+def chat_body(
+    answer: dict[str, Any], *, rid: str, created: int, model: str, usage: Usage
+) -> dict[str, Any]:
     """A whole Messages answer as an OpenAI chat completion."""
     text, calls = [], []
     for block in answer.get("content") or []:

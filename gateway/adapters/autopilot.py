@@ -176,8 +176,9 @@ async def place_breakpoints(
     chosen: dict[int, str] = {}  # boundary index → ttl
     eligible = [i for i, c in enumerate(cuts) if c.tokens >= model.min_cache_tokens]
     stable = [i for i, c in enumerate(cuts) if c.name in ("tools", "system")]
-    if stable and seen[stable[-1]] is not None and stable[-1] in eligible:
-        chosen[stable[-1]] = _ttl(seen[stable[-1]]["g"])
+    stable_seen = seen[stable[-1]] if stable else None
+    if stable_seen is not None and stable[-1] in eligible:
+        chosen[stable[-1]] = _ttl(stable_seen["g"])
     last = len(cuts) - 1
     interior_seen = [i for i in range(last) if seen[i] is not None and cuts[i].name[0] == "m"]
     continuing = bool(interior_seen)
@@ -226,7 +227,7 @@ async def _record(
     wrote_end: bool,
     continued: int,
 ) -> None:
-    values: dict[str, str] = {}
+    values: dict[Any, Any] = {}  # redis-py types its mapping keys invariantly
     for i, (cut, before) in enumerate(zip(cuts, seen, strict=True)):
         gaps = list(before["g"]) if before else []
         if before:

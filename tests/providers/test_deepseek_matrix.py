@@ -16,6 +16,7 @@ from tests.providers.chat_matrix import autopilot_off, run_shape
 from tests.providers.conftest import PRICES, set_price
 from tests.providers.support import D
 
+D10 = D(10)
 pytestmark = pytest.mark.django_db(transaction=True)
 CHAT, REASONER = "deepseek-chat", "deepseek-reasoner"
 ASK40 = [{"role": "user", "content": "reply with 40 tokens"}]  # 5 tokens
@@ -30,12 +31,12 @@ HISTORY = [
 ]
 
 
-def _b(model=CHAT, content=D(10), **more):
+def _b(model=CHAT, content=D10, **more):
     messages = content if isinstance(content, list) else [{"role": "user", "content": content}]
     return {"model": model, "messages": messages, **more}
 
 
-def _sys(n, user=D(10)):
+def _sys(n, user=D10):
     return [{"role": "system", "content": D(n)}, {"role": "user", "content": user}]
 
 

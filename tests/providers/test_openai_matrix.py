@@ -17,16 +17,17 @@ import pytest
 from tests.providers.chat_matrix import autopilot_off, run_shape
 from tests.providers.support import D, booked, new_request_id, openai_client
 
+D10 = D(10)
 pytestmark = pytest.mark.django_db(transaction=True)
 ASK40 = [{"role": "user", "content": "reply with 40 tokens"}]  # 5 tokens
 
 
-def _b(model="gpt-4o", content=D(10), **more):
+def _b(model="gpt-4o", content=D10, **more):
     messages = content if isinstance(content, list) else [{"role": "user", "content": content}]
     return {"model": model, "messages": messages, **more}
 
 
-def _sys(n, user=D(10)):
+def _sys(n, user=D10):
     return [{"role": "system", "content": D(n)}, {"role": "user", "content": user}]
 
 
