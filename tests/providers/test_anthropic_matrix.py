@@ -20,7 +20,8 @@ import pytest
 from tests.providers.support import D, anthropic_client, booked, new_request_id, openai_client
 from tests.servers.anthropic_server import Fault
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# ~3 s a shape (a transactional database per shape): with the end-to-end stacks.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 SONNET, HAIKU = "claude-sonnet-4-5", "claude-haiku-4-5"
 C5, C1 = {"type": "ephemeral", "ttl": "5m"}, {"type": "ephemeral", "ttl": "1h"}
 USER10 = [{"role": "user", "content": D(10)}]

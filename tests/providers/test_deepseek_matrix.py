@@ -17,7 +17,8 @@ from tests.providers.conftest import PRICES, set_price
 from tests.providers.support import D
 
 D10 = D(10)
-pytestmark = pytest.mark.django_db(transaction=True)
+# ~3 s a shape (a transactional database per shape): with the end-to-end stacks.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 CHAT, REASONER = "deepseek-chat", "deepseek-reasoner"
 ASK40 = [{"role": "user", "content": "reply with 40 tokens"}]  # 5 tokens
 LOOKUP = {

@@ -18,7 +18,8 @@ from tests.providers.chat_matrix import autopilot_off, run_shape
 from tests.providers.support import D, booked, new_request_id, openai_client
 
 D10 = D(10)
-pytestmark = pytest.mark.django_db(transaction=True)
+# ~3 s a shape (a transactional database per shape): with the end-to-end stacks.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 ASK40 = [{"role": "user", "content": "reply with 40 tokens"}]  # 5 tokens
 
 
