@@ -236,6 +236,11 @@ AUDITED_MODELS: dict[str, AuditFields] = {
         # Scraped every probe: the worker's own numbers, not a change anyone made.
         ignored={"id", "metrics", "last_seen_at", "created_at", "updated_at"},
     ),
+    "gateway.ProviderCredential": _fields(
+        {"tenant", "provider", "fingerprint", "cache_autopilot", "created_by"},
+        sensitive={"secret_sealed"},
+        ignored={"id", "created_at", "updated_at"},
+    ),
     "gateway.RateLimit": _fields(
         {
             "tenant",

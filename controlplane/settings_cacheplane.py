@@ -168,3 +168,23 @@ CACHEPLANE_WS_RECHECK_SECONDS = env_float("CACHEPLANE_WS_RECHECK_SECONDS", 2.0, 
 CACHEPLANE_LEDGER_PROPERTY_SEQUENCES = env_int(
     "CACHEPLANE_LEDGER_PROPERTY_SEQUENCES", 30, minimum=1
 )
+
+# --- Hosted providers (gateway.adapters.anthropic / openai / deepseek; docs/gateway/providers.md)
+# Where each provider's API is (local protocol servers in tests).
+CACHEPLANE_ANTHROPIC_BASE_URL = (
+    env_str("CACHEPLANE_ANTHROPIC_BASE_URL", "https://api.anthropic.com") or ""
+).rstrip("/")
+CACHEPLANE_OPENAI_BASE_URL = (
+    env_str("CACHEPLANE_OPENAI_BASE_URL", "https://api.openai.com/v1") or ""
+).rstrip("/")
+CACHEPLANE_DEEPSEEK_BASE_URL = (
+    env_str("CACHEPLANE_DEEPSEEK_BASE_URL", "https://api.deepseek.com") or ""
+).rstrip("/")
+# Fernet keys sealing tenants' provider API keys, comma-separated, newest first: the first
+# seals, every one opens (MultiFernet), so a rotation adds a key in front and
+# `cacheplane provider-credentials-reseal` moves the rows to it. Unset: one key derived
+# from CACHEPLANE_SECRET_KEY (development).
+CACHEPLANE_PROVIDER_CREDENTIAL_KEYS = env_str("CACHEPLANE_PROVIDER_CREDENTIAL_KEYS", "") or ""
+CACHEPLANE_GATEWAY_HOSTED_CONCURRENCY = env_int(
+    "CACHEPLANE_GATEWAY_HOSTED_CONCURRENCY", 256, minimum=1
+)

@@ -79,6 +79,42 @@ async def completions(request: Request) -> Response:
     return await handle(request, "completion")
 
 
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error(response: Response) -> Response:
+    """An error answer of ``/v1/messages`` in Anthropic's shape (``{"type": "error",
+    "error": {"type", "message"}}``, what the Anthropic SDK reads), our stable ``code``
+    kept beside the message; headers (Retry-After, rate limits) unchanged."""
+    import json
+
+    try:
+        error = json.loads(bytes(response.body))["error"]
+    except (ValueError, KeyError, TypeError):
+        return response
+    shaped = {
+        "type": "error",
+        "error": {
+            "type": _ANTHROPIC_ERROR_TYPES.get(response.status_code, "api_error"),
+            "message": error.get("message", ""),
+            "code": error.get("code"),
+            **({"details": error["details"]} if "details" in error else {}),
+        },
+    }
+    headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
+    return JSONResponse(shaped, status_code=response.status_code, headers=headers)
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own 404/405 (unknown path, wrong method) in OpenAI's shape."""
     status = exc.status_code if isinstance(exc, HTTPException) else 500
@@ -113,7 +149,11 @@ def create_app() -> Starlette:
 
 
 _routes = create_app()
-_MODEL_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
+_MODEL_ROUTES = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completion",
+    "/v1/messages": "messages",  # Anthropic's inbound shape (Anthropic SDK's base_url)
+}
 
 
 async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -122,13 +162,29 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
     if kind is None or scope["method"] != "POST":
         await _routes(scope, receive, send)
         return
+    if kind == "messages":
+        scope = _x_api_key_as_bearer(scope)
     request = Request(scope, receive)
     try:
         response = await handle(request, kind)
     except Exception:
         logger.exception("gateway request failed", extra={"path": scope["path"]})
         response = await _server_error(request, RuntimeError("unhandled"))
+    if kind == "messages" and response.status_code >= 400:
+        response = anthropic_error(response)
     await response(scope, receive, send)
+
+
+def _x_api_key_as_bearer(scope: Scope) -> Scope:
+    """The Anthropic SDK sends its key as ``x-api-key``: the same key, as a bearer token,
+    for the one authentication step (an ``Authorization`` header wins)."""
+    headers = scope["headers"]
+    if any(name == b"authorization" for name, _ in headers):
+        return scope
+    for name, value in headers:
+        if name == b"x-api-key":
+            return {**scope, "headers": [*headers, (b"authorization", b"Bearer " + value)]}
+    return scope
 
 
 async def lifespan(scope: Scope, receive: Receive, send: Send) -> None:

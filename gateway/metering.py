@@ -70,6 +70,8 @@ class Meter:
     predicted_hit: bool = False
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    cache_write_5m_tokens: int = 0  # of prompt_tokens (Anthropic's cache writes)
+    cache_write_1h_tokens: int = 0
     output_tokens: int = 0
     audio_prompt_tokens: int = 0  # the audio parts of the three counts above
     audio_cached_tokens: int = 0
@@ -97,6 +99,8 @@ def cost_micros(meter: Meter) -> int:
         UsageCounts(
             prompt_tokens=meter.prompt_tokens,
             cached_read_tokens=meter.cached_tokens,
+            cache_write_5m_tokens=meter.cache_write_5m_tokens,
+            cache_write_1h_tokens=meter.cache_write_1h_tokens,
             output_tokens=meter.output_tokens,
             audio_prompt_tokens=meter.audio_prompt_tokens,
             audio_cached_read_tokens=meter.audio_cached_tokens,
@@ -189,6 +193,8 @@ def encode_usage(meters: Sequence[Meter]) -> tuple[list[bytes], list[Meter]]:
                     estimate_nanos=meter.estimate_nanos,
                     prompt_tokens=meter.prompt_tokens,
                     cached_read_tokens=meter.cached_tokens,
+                    cache_write_5m_tokens=meter.cache_write_5m_tokens,
+                    cache_write_1h_tokens=meter.cache_write_1h_tokens,
                     output_tokens=meter.output_tokens,
                     audio_prompt_tokens=meter.audio_prompt_tokens,
                     audio_cached_read_tokens=meter.audio_cached_tokens,

@@ -54,3 +54,43 @@ class RateLimit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id}/{self.api_key_id or 'tenant'}"
+
+
+class HostedProvider(models.TextChoices):
+    ANTHROPIC = "anthropic", "Anthropic"
+    OPENAI = "openai", "OpenAI"
+    DEEPSEEK = "deepseek", "DeepSeek"
+
+
+class ProviderCredential(models.Model):
+    """A tenant's API key for one hosted provider, sealed (``gateway.credentials``).
+
+    The key is never returned by any API nor logged; the audit log shows it redacted and
+    ``fingerprint`` (a SHA-256 prefix) tells a rotation from a re-set of the same key.
+    ``cache_autopilot``: whether the gateway places cache breakpoints (Anthropic) or sets
+    ``prompt_cache_key`` (OpenAI) for this tenant (``gateway.adapters.autopilot``).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    provider = models.CharField(max_length=16, choices=HostedProvider.choices)
+    secret_sealed = models.TextField()
+    fingerprint = models.CharField(max_length=16)
+    cache_autopilot = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        Principal, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantScopedManager()  # fail closed: queries must name a tenant
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "provider"], name="provider_credential_one_per_provider"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}/{self.provider}"

@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -47,7 +48,7 @@ PRIORITIES = ("interactive", "batch")
 
 
 async def handle(request: Request, kind: str) -> Response:
-    """Answer one ``/v1/chat/completions`` or ``/v1/completions`` request."""
+    """Answer one ``/v1/chat/completions``, ``/v1/completions`` or ``/v1/messages`` request."""
     started, started_at = time.perf_counter(), time.time()
     # The caller's id is for tracing only: the ledger key (= hold id) is the gateway's own.
     request_id = sanitize_request_id(request.headers.get("x-request-id"))
@@ -329,6 +330,8 @@ class _Books:
         counts = UsageCounts(
             prompt_tokens=usage.prompt_tokens,
             cached_read_tokens=min(usage.cached_tokens, usage.prompt_tokens),
+            cache_write_5m_tokens=usage.cache_write_5m_tokens,
+            cache_write_1h_tokens=usage.cache_write_1h_tokens,
             # Audio output is its own count (priced at the audio output rate), on top.
             output_tokens=usage.output_tokens - usage.audio_output_tokens,
             audio_prompt_tokens=usage.audio_prompt_tokens,
@@ -336,7 +339,8 @@ class _Books:
             audio_output_tokens=usage.audio_output_tokens,
         )
         used = usage.prompt_tokens + usage.output_tokens  # audio output included
-        cost = pricing.cost_micros(self.rates, counts)
+        # Priced at the close, as the ledger's row is (a time-of-day discount applies).
+        cost = pricing.cost_micros(self.rates, counts, at=datetime.now(tz=UTC))
         estimate_nanos = None
         if estimate and self.sent:
             estimate_micros = self._reserved_micros(call)
@@ -372,6 +376,8 @@ class _Books:
             predicted_hit=bool(extra.get("predicted_hit")),
             prompt_tokens=counts.prompt_tokens,
             cached_tokens=counts.cached_read_tokens,
+            cache_write_5m_tokens=counts.cache_write_5m_tokens,
+            cache_write_1h_tokens=counts.cache_write_1h_tokens,
             output_tokens=counts.output_tokens,
             audio_prompt_tokens=counts.audio_prompt_tokens,
             audio_cached_tokens=counts.audio_cached_read_tokens,
@@ -382,6 +388,7 @@ class _Books:
             available_tokens=int(extra.get("available_tokens", 0)),
             routed_tokens=int(extra.get("routed_tokens", 0)),
             cost_micros=cost if self.rates is not None else None,
+            extra={"autopilot": extra["autopilot"]} if extra.get("autopilot") else {},
         )
         await closing.close(part, meter)
 

@@ -155,9 +155,12 @@ def upper_bound_micros(found: Rates, *, prompt_tokens: int, max_output_tokens: i
     return max(token_cost(shape, rates_).micros for shape in shapes)
 
 
-def cost_micros(found: Rates | None, counts: UsageCounts) -> int:
-    """What these counts cost (0 without a price: the ledger books it when one exists)."""
+def cost_micros(found: Rates | None, counts: UsageCounts, at: datetime | None = None) -> int:
+    """What these counts cost (0 without a price: the ledger books it when one exists);
+    ``at``: when, for a time-of-day discount (DeepSeek's off-peak window)."""
     if found is None:
         return 0
     cost_fn, rates_ = found
+    if cost_fn is token_cost:
+        return token_cost(counts, rates_, at).micros
     return cost_fn(counts, rates_).micros

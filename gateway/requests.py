@@ -106,7 +106,19 @@ def validate_body(body: dict[str, Any], kind: str) -> None:
             )
     if isinstance(body.get("n"), int) and body["n"] > 16:
         raise _invalid("'n' may be at most 16.", "n")
-    if kind == "chat":
+    if kind == "messages":  # Anthropic's shape: only Anthropic models take it
+        from gateway.adapters.hosted import HOSTED_MODELS
+
+        found = HOSTED_MODELS.get(body["model"])
+        if found is None or found.provider != "anthropic":
+            raise GatewayError(
+                404,
+                "model_not_found",
+                f"/v1/messages serves Anthropic models; {body['model']!r} is not one.",
+                param="model",
+            )
+        _check_messages(body.get("messages"))
+    elif kind == "chat":
         _check_messages(body.get("messages"))
     elif "prompt" not in body:
         raise _invalid("'prompt' is required.", "prompt")

@@ -247,6 +247,17 @@ def load_reserved(worker: str) -> str:
     return f"{LOAD_RESERVED}{worker}"
 
 
+# --- gateway: the cache-breakpoint autopilot's reuse history (gateway.adapters.autopilot) --
+
+AUTOPILOT = "cacheplane:autopilot:"
+
+
+def autopilot_history(tenant_id: str, model: str, hour: int) -> str:
+    """Hash of one tenant's prefix sightings on one hosted model in one hour bucket
+    (prefix digest → last seen and gaps; ``_ends``/``_continued`` counters)."""
+    return f"{AUTOPILOT}{tenant_id}:{model}:{hour}"
+
+
 #: Every key family, ours and the libraries' that share the database. The Redis test
 #: scans the database after exercising the writers: each key must match one of these.
 FAMILIES: tuple[KeyFamily, ...] = (
@@ -262,6 +273,7 @@ FAMILIES: tuple[KeyFamily, ...] = (
     KeyFamily("worker heartbeat", "cacheplane:worker-heartbeat:*", "controlplane"),
     KeyFamily("kv index", "cp:kv:*", "workers"),
     KeyFamily("fleet load", "cp:load:*", "workers"),
+    KeyFamily("autopilot history", "cacheplane:autopilot:*", "gateway"),
     # Owned by libraries, configured in settings_services.py: not ours to lay out.
     KeyFamily("channels", "cacheplane:asgi*", "channels_redis"),
     KeyFamily("celery", "celery*", "celery"),

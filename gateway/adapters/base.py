@@ -32,6 +32,8 @@ class Usage:
 
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    cache_write_5m_tokens: int = 0  # of prompt_tokens: written to a 5-minute cache entry
+    cache_write_1h_tokens: int = 0  # of prompt_tokens: written to a 1-hour cache entry
     output_tokens: int = 0
     reasoning_tokens: int = 0
     audio_prompt_tokens: int = 0  # of prompt_tokens (cached or not)
@@ -44,7 +46,7 @@ class Usage:
 class Call:
     """One request on its way through the pipeline."""
 
-    kind: str  # "chat" or "completion"
+    kind: str  # "chat", "completion" or "messages" (Anthropic's inbound shape)
     body: dict[str, Any]
     identity: Identity
     cache: CacheView | None

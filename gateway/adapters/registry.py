@@ -1,17 +1,28 @@
-"""Which adapter serves a model: a named cache's provider, a worker pool, or Vertex."""
+"""Which adapter serves a model: a named cache's provider, a worker pool, Vertex, or a
+hosted provider (Anthropic, OpenAI, DeepSeek) by the hosted catalog."""
 
 from __future__ import annotations
 
 from cachetools import TTLCache
 
 from controlplane.db import db_sync_to_async
+from gateway.adapters.anthropic import AnthropicAdapter
 from gateway.adapters.base import Adapter
+from gateway.adapters.deepseek import DeepSeekAdapter
+from gateway.adapters.hosted import HOSTED_MODELS
+from gateway.adapters.openai import OpenAIAdapter
 from gateway.adapters.vertex import VertexAdapter
 from gateway.adapters.vllm import VllmAdapter
 from gateway.directory import REFRESH_SECONDS, CacheView, directory
 from gateway.errors import GatewayError
 
-ADAPTERS: dict[str, Adapter] = {"vllm": VllmAdapter(), "vertex": VertexAdapter()}
+ADAPTERS: dict[str, Adapter] = {
+    "vllm": VllmAdapter(),
+    "vertex": VertexAdapter(),
+    "anthropic": AnthropicAdapter(),
+    "openai": OpenAIAdapter(),
+    "deepseek": DeepSeekAdapter(),
+}
 _registered: TTLCache[str, bool] = TTLCache(maxsize=10_000, ttl=REFRESH_SECONDS)  # event loop
 
 
@@ -40,6 +51,8 @@ async def adapter_for(model: str, cache: CacheView | None) -> Adapter:
         return ADAPTERS["vllm"]
     if model in VERTEX_MODELS:
         return ADAPTERS["vertex"]
+    if model in HOSTED_MODELS:
+        return ADAPTERS[HOSTED_MODELS[model].provider]
     if await _known_vllm_model(model):
         return ADAPTERS["vllm"]  # its route step answers 503 no_worker
     raise GatewayError(

@@ -176,6 +176,16 @@ def _exercise_every_writer(tenant, admin) -> None:
 
     asyncio.run(admit())
 
+    async def autopilot_sighting() -> None:
+        from gateway.adapters.autopilot import place_breakpoints
+        from gateway.adapters.hosted import HostedModel
+
+        body = {"system": "s" * 8000, "messages": [{"role": "user", "content": "hi"}]}
+        model = HostedModel("anthropic", "claude-sonnet-4-5", 64_000, 1024)
+        await place_breakpoints(tenant_id=str(tenant.pk), model=model, body=body)
+
+    asyncio.run(autopilot_sighting())
+
 
 def _stored(block_hash: int) -> dict[str, object]:
     return {"type": "BlockStored", "medium": "GPU", "block_hashes": [block_hash]}
