@@ -22,11 +22,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from redis.exceptions import RedisError
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from billing.pricing import UsageCounts
 from billing.services.budget_reservations import hold_new_id
@@ -35,7 +34,7 @@ from controlplane.request_context import sanitize_request_id
 from gateway import budget, closing, fairshare, limits, pricing, ratelimit
 from gateway.adapters.base import Adapter, Call, Target, Upstream
 from gateway.adapters.registry import adapter_for
-from gateway.directory import CacheView, directory
+from gateway.cache_reference import resolve_cache
 from gateway.errors import GatewayError
 from gateway.event_stream import EventStreamResponse
 from gateway.identity import Identity, identify, identity_refused
@@ -232,7 +231,7 @@ async def _parse(
             "invalid_priority",
             "x-cacheplane-priority must be 'interactive' or 'batch'.",
         )
-    cache = await _resolve_cache(identity, body, request)
+    cache = await resolve_cache(identity, body, request)
     options = body.get("stream_options") or {}
     return Call(
         kind=kind,
@@ -246,39 +245,6 @@ async def _parse(
         model=body["model"],
         stream=bool(body.get("stream")),
         client_wants_usage=bool(options.get("include_usage")),
-    )
-
-
-async def _resolve_cache(
-    identity: Identity, body: dict[str, Any], request: Request
-) -> CacheView | None:
-    reference = body.pop("cache", None) or request.headers.get("x-cacheplane-cache")
-    if reference is None:
-        return None
-    if not isinstance(reference, str) or not 0 < len(reference) <= 100:
-        raise GatewayError(
-            400, "invalid_request", "'cache' must be a cache id or name.", param="cache"
-        )
-    cache = await directory.cache(identity.tenant_id, reference)
-    if cache is None:
-        await db_sync_to_async(_audit_cache_not_found)(identity, reference)
-        raise GatewayError(404, "cache_not_found", f"No live cache {reference!r}.", param="cache")
-    if cache.model != body["model"]:
-        raise GatewayError(
-            400,
-            "cache_model_mismatch",
-            f"Cache {cache.name!r} is for model {cache.model!r}.",
-            param="model",
-        )
-    return cache
-
-
-def _audit_cache_not_found(identity: Identity, reference: str) -> None:
-    identity_refused(
-        identity,
-        action="gateway.cache.not_found",
-        reason="cache_not_found",
-        details={"reference": reference},
     )
 
 
@@ -400,10 +366,6 @@ class _Books:
             return None
         bound, most = call.prompt_tokens_bound, call.max_output_tokens
         return pricing.upper_bound_micros(self.rates, prompt_tokens=bound, max_output_tokens=most)
-
-
-def error_response(status: int, code: str, message: str) -> JSONResponse:
-    return GatewayError(status, code, message).response()
 
 
 __all__ = ["Adapter", "handle"]
