@@ -14,7 +14,8 @@
 - ``--register NAME --advertise-url URL``: record the worker in the control plane's
   database (the command runs where DATABASE_URL reaches it) before serving: engine,
   version, pool, KV-events and replay endpoints, hash seed, tokenizer and API key (sealed).
-- ``--dry-run``: print the registration and the command that would run; write nothing.
+- ``--dry-run``: print the registration and the command that would run (the API key shown
+  as ``[redacted]``); write nothing, start nothing.
 """
 
 from __future__ import annotations
@@ -166,7 +167,9 @@ def worker_main(argv: list[str]) -> int:
                 f"{args.engine} {launch.version or '?'}) at {args.advertise_url}, pool "
                 f"{args.pool}, KV events {launch.events or 'none'}"
             )
-        env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
+        # The key is the environment's, never printed (a dry run's output lands in logs).
+        shown = {k: "[redacted]" if k == "VLLM_API_KEY" else v for k, v in launch.env.items()}
+        env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(shown.items()))
         print((env_text + " " if env_text else "") + shlex.join(launch.argv))
         return 0
     if args.register:

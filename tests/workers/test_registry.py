@@ -162,9 +162,12 @@ def test_cacheplane_worker_dry_run_prints_the_registration_and_writes_nothing() 
         "meta-llama/Llama-3.1-8B-Instruct",
         "--port",
         "8000",
+        CACHEPLANE_VLLM_API_KEY="sk-dry-run-secret",
     )
     assert result.returncode == 0, result.stderr
     assert "would register worker gpu-7" in result.stdout
+    assert "sk-dry-run-secret" not in result.stdout + result.stderr  # shown as [redacted]
+    assert "VLLM_API_KEY='[redacted]'" in result.stdout
     assert "KV events tcp://*:5557,tcp://*:5558" in result.stdout
     assert "-m vllm.entrypoints.openai.api_server" in result.stdout
     assert not Worker.objects.filter(name="gpu-7").exists()
