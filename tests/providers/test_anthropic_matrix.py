@@ -28,8 +28,9 @@ from tests.providers.support import (
 )
 from tests.servers.anthropic_server import Fault
 
-# One test sends every shape (one transactional database, each shape after fresh_shape).
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
+# One test sends every shape (one transactional database, each shape after fresh_shape):
+# the three matrices take about a minute together, so they run in the plain suite.
+pytestmark = pytest.mark.django_db(transaction=True)
 SONNET, HAIKU = "claude-sonnet-4-5", "claude-haiku-4-5"
 C5, C1 = {"type": "ephemeral", "ttl": "5m"}, {"type": "ephemeral", "ttl": "1h"}
 USER10 = [{"role": "user", "content": D(10)}]

@@ -25,8 +25,9 @@ from tests.providers.support import (
 )
 
 D10 = D(10)
-# One test sends every shape (one transactional database, each shape after fresh_shape).
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
+# One test sends every shape (one transactional database, each shape after fresh_shape):
+# the three matrices take about a minute together, so they run in the plain suite.
+pytestmark = pytest.mark.django_db(transaction=True)
 ASK40 = [{"role": "user", "content": "reply with 40 tokens"}]  # 5 tokens
 
 
