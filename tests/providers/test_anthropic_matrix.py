@@ -17,11 +17,20 @@ import anthropic
 import openai
 import pytest
 
-from tests.providers.support import D, anthropic_client, booked, new_request_id, openai_client
+from tests.providers.support import (
+    D,
+    anthropic_client,
+    assert_every_shape,
+    booked,
+    fresh_shape,
+    new_request_id,
+    openai_client,
+)
 from tests.servers.anthropic_server import Fault
 
-# ~3 s a shape (a transactional database per shape): with the end-to-end stacks.
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
+# One test sends every shape (one transactional database, each shape after fresh_shape):
+# the three matrices take about a minute together, so they run in the plain suite.
+pytestmark = pytest.mark.django_db(transaction=True)
 SONNET, HAIKU = "claude-sonnet-4-5", "claude-haiku-4-5"
 C5, C1 = {"type": "ephemeral", "ttl": "5m"}, {"type": "ephemeral", "ttl": "1h"}
 USER10 = [{"role": "user", "content": D(10)}]
@@ -474,23 +483,23 @@ def matrix(hosted):
     return hosted
 
 
-@pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_each_anthropic_shape_is_booked_at_its_hand_priced_cost(live_server_url, matrix, shape):
-    steps, expected, status = SHAPES[shape]
-    request_id = ""
-    for step in steps:
-        request_id = new_request_id()
-        _send(step, live_server_url, matrix["key"], matrix["anthropic"], request_id)
-    row = booked(request_id)
-    got = (
-        row.prompt_tokens,
-        row.cached_read_tokens,
-        row.cache_write_5m_tokens,
-        row.cache_write_1h_tokens,
-        row.output_tokens,
-        row.cost_nanos,
-    )
-    assert got == expected
-    assert row.provider == "anthropic"
-    assert row.status == status
+def test_every_anthropic_shape_is_booked_at_its_hand_priced_cost(live_server_url, matrix):
+    def run(shape):
+        steps, expected, status = SHAPES[shape]
+        request_id = ""
+        for step in steps:
+            request_id = new_request_id()
+            _send(step, live_server_url, matrix["key"], matrix["anthropic"], request_id)
+        row = booked(request_id)
+        got = (
+            row.prompt_tokens,
+            row.cached_read_tokens,
+            row.cache_write_5m_tokens,
+            row.cache_write_1h_tokens,
+            row.output_tokens,
+            row.cost_nanos,
+        )
+        return (got, row.provider, row.status), (expected, "anthropic", status)
+
     assert len(SHAPES) >= 30
+    assert_every_shape(SHAPES, run, reset=lambda: fresh_shape(matrix))

@@ -13,12 +13,13 @@ from __future__ import annotations
 import pytest
 
 from tests.providers.chat_matrix import autopilot_off, run_shape
-from tests.providers.conftest import PRICES, set_price
-from tests.providers.support import D
+from tests.providers.conftest import PRICES
+from tests.providers.support import D, assert_every_shape, fresh_shape
 
 D10 = D(10)
-# ~3 s a shape (a transactional database per shape): with the end-to-end stacks.
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
+# One test sends every shape (one transactional database, each shape after fresh_shape):
+# the three matrices take about a minute together, so they run in the plain suite.
+pytestmark = pytest.mark.django_db(transaction=True)
 CHAT, REASONER = "deepseek-chat", "deepseek-reasoner"
 ASK40 = [{"role": "user", "content": "reply with 40 tokens"}]  # 5 tokens
 LOOKUP = {
@@ -175,18 +176,34 @@ def matrix(hosted):
     return hosted
 
 
-def _off_peak() -> None:
-    for model, percent in ((CHAT, 50), (REASONER, 75)):
-        windows = [{**w, "percent": percent} for w in ALL_DAY]
-        set_price("deepseek", model, {**PRICES[("deepseek", model)], "time_discounts": windows})
+def _discount(percent: dict[str, int]) -> None:
+    """Correct each model's current price (a new version; the booked rows keep theirs)
+    to its listed rates with the all-day window at ``percent[model]`` (none if absent)."""
+    from billing.models import ModelPrice
+    from billing.services.prices import model_price_correct
+    from gateway import pricing
+    from tests.factories import actor_for
+
+    for model in (CHAT, REASONER):
+        windows = [{**w, "percent": percent[model]} for w in ALL_DAY] if percent else []
+        price = ModelPrice.objects.get(provider="deepseek", model=model, superseded_at=None)
+        rates = {**PRICES[("deepseek", model)], "time_discounts": windows}
+        model_price_correct(actor=actor_for(None), price=price, rates=rates, source="test")
+    pricing.forget()
 
 
-@pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_each_deepseek_shape_is_booked_at_its_hand_priced_cost(live_server_url, matrix, shape):
-    steps, expected, status, off_peak = SHAPES[shape]
-    if off_peak:
-        _off_peak()
-    got, row = run_shape(steps, url=live_server_url, key=matrix["key"], server=matrix["deepseek"])
-    assert got == expected
-    assert (row.provider, row.status) == ("deepseek", status)
+def test_every_deepseek_shape_is_booked_at_its_hand_priced_cost(live_server_url, matrix):
+    def run(shape):
+        steps, expected, status, off_peak = SHAPES[shape]
+        if off_peak:
+            _discount({CHAT: 50, REASONER: 75})
+        try:
+            server = matrix["deepseek"]
+            got, row = run_shape(steps, url=live_server_url, key=matrix["key"], server=server)
+        finally:
+            if off_peak:
+                _discount({})
+        return (got, row.provider, row.status), (expected, "deepseek", status)
+
     assert len(SHAPES) >= 30
+    assert_every_shape(SHAPES, run, reset=lambda: fresh_shape(matrix))

@@ -15,11 +15,19 @@ import openai
 import pytest
 
 from tests.providers.chat_matrix import autopilot_off, run_shape
-from tests.providers.support import D, booked, new_request_id, openai_client
+from tests.providers.support import (
+    D,
+    assert_every_shape,
+    booked,
+    fresh_shape,
+    new_request_id,
+    openai_client,
+)
 
 D10 = D(10)
-# ~3 s a shape (a transactional database per shape): with the end-to-end stacks.
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
+# One test sends every shape (one transactional database, each shape after fresh_shape):
+# the three matrices take about a minute together, so they run in the plain suite.
+pytestmark = pytest.mark.django_db(transaction=True)
 ASK40 = [{"role": "user", "content": "reply with 40 tokens"}]  # 5 tokens
 
 
@@ -196,13 +204,15 @@ def matrix(hosted):
     return hosted
 
 
-@pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_each_openai_shape_is_booked_at_its_hand_priced_cost(live_server_url, matrix, shape):
-    steps, expected, status = SHAPES[shape]
-    got, row = run_shape(steps, url=live_server_url, key=matrix["key"], server=matrix["openai"])
-    assert got == expected
-    assert (row.provider, row.status) == ("openai", status)
+def test_every_openai_shape_is_booked_at_its_hand_priced_cost(live_server_url, matrix):
+    def run(shape):
+        steps, expected, status = SHAPES[shape]
+        server = matrix["openai"]
+        got, row = run_shape(steps, url=live_server_url, key=matrix["key"], server=server)
+        return (got, row.provider, row.status), (expected, "openai", status)
+
     assert len(SHAPES) >= 30
+    assert_every_shape(SHAPES, run, reset=lambda: fresh_shape(matrix))
 
 
 def test_a_stream_relays_usage_only_to_a_client_that_asked(live_server_url, matrix):

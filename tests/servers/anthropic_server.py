@@ -90,9 +90,12 @@ class AnthropicServer:
         return Starlette(routes=[Route("/v1/messages", self.messages, methods=["POST"])])
 
     def reset(self) -> None:
+        """Back to a freshly started server: no cache, no history, its clock at wall time."""
         self.cache.clear()
         self.received.clear()
         self.faults.clear()
+        self._minute.clear()
+        self.clock.offset = 0.0
 
     # -- the endpoint ------------------------------------------------------------------
 

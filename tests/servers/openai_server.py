@@ -62,6 +62,14 @@ class OpenAIServer:
     cut_after: int | None = None  # drop the next stream after this many content chunks
     _minute: list[float] = field(default_factory=list)
 
+    def reset(self) -> None:
+        """Back to a freshly started server: no cache, no history, its clock at wall time."""
+        self.cache.clear()
+        self.received.clear()
+        self.cut_after = None
+        self._minute.clear()
+        self.clock.offset = 0.0
+
     @property
     def unit(self) -> int:
         return 128 if self.flavor == "openai" else 64
