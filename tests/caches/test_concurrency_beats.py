@@ -279,7 +279,7 @@ def test_budget_edits_reprices_and_every_beat_under_traffic_never_deadlock_nor_f
                 == 0
             )
             booked = UsageRecord.objects.all_tenants().filter(
-                request_id__in=load.gateway_ok
+                client_request_id__in=load.gateway_ok
             ).count() >= len(load.gateway_ok)
             return due_done and booked
 
@@ -301,8 +301,8 @@ def test_budget_edits_reprices_and_every_beat_under_traffic_never_deadlock_nor_f
     trouble = [line for line in text.splitlines() if any(t in line for t in TASK_TROUBLE)]
     ledger = Counter(
         UsageRecord.objects.all_tenants()
-        .filter(request_id__in=load.gateway_ok)
-        .values_list("request_id", flat=True)
+        .filter(client_request_id__in=load.gateway_ok)
+        .values_list("client_request_id", flat=True)
     )
     doubled = sum(1 for n in ledger.values() if n > 1)
     lost = len(set(load.gateway_ok) - set(ledger))

@@ -324,8 +324,9 @@ class Books:
             {
                 r: c
                 for r, c in stack.query(
-                    "SELECT request_id, count(*) FROM billing_usagerecord "
-                    "WHERE request_id LIKE %s GROUP BY 1",
+                    # The client's id (the ledger key is the gateway's own).
+                    "SELECT client_request_id, count(*) FROM billing_usagerecord "
+                    "WHERE client_request_id LIKE %s GROUP BY 1",
                     (like,),
                 )
             }
@@ -333,8 +334,8 @@ class Books:
         charged = {
             r
             for (r,) in stack.query(
-                "SELECT request_id FROM billing_usagerecord "
-                "WHERE request_id LIKE %s AND cost_micros > 0",
+                "SELECT client_request_id FROM billing_usagerecord "
+                "WHERE client_request_id LIKE %s AND cost_nanos > 0",
                 (like,),
             )
         }
@@ -343,7 +344,7 @@ class Books:
         )[0][0]
         states = dict(stack.query("SELECT id::text, state FROM caches_cacheobject"))
         period_id, pg_spent, pg_reserved, limit = stack.query(
-            "SELECT id, spent_micros, reserved_micros, limit_micros FROM billing_budgetperiod "
+            "SELECT id, spent_nanos, reserved_micros, limit_micros FROM billing_budgetperiod "
             "WHERE budget_id = %s",
             (stack.seed["budget_id"],),
         )[0]
@@ -351,9 +352,13 @@ class Books:
             "SELECT count(*) FROM billing_budgetreservation WHERE state = 'held' "
             "AND kind = 'request'"
         )[0][0]
+        # Spend follows the ledger: Σ ledger of the budget's principal in the period
+        # (a principal's budget counts its own rows, no storage; tests/billing/ledger_support).
         booked = stack.query(
-            "SELECT coalesce(sum(actual_micros), 0) FROM billing_budgetreservation "
-            "WHERE state = 'settled' AND %s = ANY(period_ids)",
+            "SELECT coalesce(sum(u.cost_nanos), 0) FROM billing_usagerecord u, "
+            "billing_budgetperiod p, billing_budget b WHERE p.id = %s AND b.id = p.budget_id "
+            "AND u.tenant_id = p.tenant_id AND u.principal_id = b.principal_id "
+            "AND u.occurred_at >= p.period_start AND u.occurred_at < p.period_end",
             (period_id,),
         )[0][0]
         assert stack.redis is not None
@@ -367,7 +372,7 @@ class Books:
             backlog = int(client.llen(f"{prefix}:settle")) + int(
                 client.zcard(f"{prefix}:settle:claims")
             )
-            redis_spent = int(live.get(b"spent", b"0"))
+            redis_spent = int(live.get(b"spent_nanos", b"0"))
         finally:
             client.close()
         return cls(
