@@ -38,6 +38,7 @@ def test_the_same_budget_figure_shows_on_three_pages_and_the_api_while_a_stream_
     console, ref_workers, tenant_keys
 ) -> None:
     from billing.services import budget_create, budget_reserve, budget_settle
+    from tests.billing.ledger_support import book_micros
     from tests.factories import actor_for
 
     acme = tenant_keys["gw-acme"]
@@ -49,7 +50,10 @@ def test_the_same_budget_figure_shows_on_three_pages_and_the_api_while_a_stream_
     settled = budget_reserve(
         tenant=tenant, principal=admin, estimate_micros=100_000, request_id="earlier"
     )
-    budget_settle(reservation=settled, actual_micros=65_372)  # the figures
+    # The figures: 65,372 µ$ booked through the ledger (spend follows it), the
+    # request's hold then settled (it spends nothing itself).
+    book_micros(tenant, 65_372, principal=admin)
+    budget_settle(reservation=settled, actual_micros=65_372)
     budget_reserve(  # a cache's storage hold, reserved in PostgreSQL
         tenant=tenant, principal=admin, estimate_micros=35_911, request_id="cache-hold"
     )
