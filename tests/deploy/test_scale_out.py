@@ -135,4 +135,18 @@ def test_two_gateway_processes_hold_the_invariants_of_one(
     budget_settlements_flush()
     usage_flush()  # the ledger books the spend (holds only reserve)
     period = BudgetPeriod.objects.all_tenants().get(budget__tenant=acme["tenant"])
-    assert period.spent_micros == 28 * 4 * 1000 == budget_period_live(period_id=period.pk)["spent"]
+    # Exact to the nano-dollar: the ledger's sum (28 requests of 4,000 µ$ plus each one's
+    # sub-µ$ remainder of GPU time, no longer rounded away per request).
+    ledger = _ledger_nanos(acme["tenant"])
+    assert 28 * 4 * 1000 * 1000 <= ledger < (28 * 4 * 1000 + 28) * 1000
+    assert period.spent_nanos == ledger
+    assert period.spent_micros == budget_period_live(period_id=period.pk)["spent"]
+
+
+def _ledger_nanos(tenant) -> int:
+    from django.db.models import Sum
+
+    from billing.models import UsageRecord
+
+    rows = UsageRecord.objects.all_tenants().filter(tenant=tenant)
+    return int(rows.aggregate(n=Sum("cost_nanos"))["n"] or 0)

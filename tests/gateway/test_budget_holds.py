@@ -76,7 +76,11 @@ def test_two_hundred_requests_over_two_gateways_against_room_for_fifty_on_vllm(
     _assert_exactly_fifty(responses)
     assert all(r.json()["usage"]["completion_tokens"] == 4 for r in responses if r.is_success)
     period, live = _period_after_flush(budget)
-    assert period.spent_micros == 200_000 == live["spent"]
+    # Exact to the nano-dollar: 50 × 4,000 µ$ plus each request's sub-µ$ remainder of GPU
+    # time (no longer rounded away per request); PostgreSQL = Redis = Σ ledger.
+    ledger = _ledger_nanos(acme["tenant"])
+    assert 200_000 * 1000 <= ledger < (200_000 + 50) * 1000
+    assert period.spent_nanos == ledger == live["spent_nanos"]
     assert live["reserved"] == 0
 
 
@@ -313,3 +317,12 @@ def test_after_redis_forgets_its_scripts_holds_still_settle_and_usage_is_recorde
     assert (period.spent_micros, live["spent"], live["reserved"]) == (8000, 8000, 0)
     usage_flush()
     assert UsageRecord.objects.all_tenants().filter(tenant=acme["tenant"]).count() == 2
+
+
+def _ledger_nanos(tenant) -> int:
+    from django.db.models import Sum
+
+    from billing.models import UsageRecord
+
+    rows = UsageRecord.objects.all_tenants().filter(tenant=tenant)
+    return int(rows.aggregate(n=Sum("cost_nanos"))["n"] or 0)
