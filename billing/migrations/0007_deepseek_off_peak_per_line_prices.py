@@ -14,7 +14,7 @@ def forwards(apps, schema_editor):
     ModelPrice = apps.get_model("billing", "ModelPrice")
     for model, percent in SEEDED.items():
         seeded = [{"start": "16:30", "end": "00:30", "percent": percent}]
-        for price in ModelPrice.objects.filter(provider="deepseek", model=model):
+        for price in ModelPrice.objects.using(schema_editor.connection.alias).filter(provider="deepseek", model=model):
             if price.time_discounts == seeded:
                 price.time_discounts = [{**seeded[0], "rates": OFF_PEAK}]
                 price.save(update_fields=["time_discounts"])
@@ -24,7 +24,7 @@ def backwards(apps, schema_editor):
     ModelPrice = apps.get_model("billing", "ModelPrice")
     for model, percent in SEEDED.items():
         window = {"start": "16:30", "end": "00:30", "percent": percent, "rates": OFF_PEAK}
-        for price in ModelPrice.objects.filter(provider="deepseek", model=model):
+        for price in ModelPrice.objects.using(schema_editor.connection.alias).filter(provider="deepseek", model=model):
             if price.time_discounts == [window]:
                 price.time_discounts = [{k: v for k, v in window.items() if k != "rates"}]
                 price.save(update_fields=["time_discounts"])

@@ -5,13 +5,17 @@ from django.db import migrations, models
 
 def pool_from_placement(apps, schema_editor):
     """Live vLLM caches take the pool of their first placed worker (storage pricing)."""
+    # On the migrating connection: the columns were added in this migration's transaction,
+    # so a read on another connection (the app role's default alias) would wait on its lock.
+    db = schema_editor.connection.alias
     CacheObject = apps.get_model("caches", "CacheObject")
     Worker = apps.get_model("workers", "Worker")
-    pools = dict(Worker.objects.values_list("name", "pool"))
-    for cache in CacheObject.objects.filter(provider="vllm", ended_at__isnull=True).iterator():
+    pools = dict(Worker.objects.using(db).values_list("name", "pool"))
+    live = CacheObject.objects.using(db).filter(provider="vllm", ended_at__isnull=True)
+    for cache in live.iterator():
         pool = pools.get(cache.placement[0], "") if cache.placement else ""
         if pool:
-            CacheObject.objects.filter(pk=cache.pk).update(pool=pool)
+            CacheObject.objects.using(db).filter(pk=cache.pk).update(pool=pool)
 
 
 class Migration(migrations.Migration):
