@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -14,18 +13,10 @@ T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)  # a Monday, well inside the seeded
 @pytest.fixture
 def price_book(db):
     """The seeded price book (restored if a transactional test flushed the tables)."""
-    from django.apps import apps
-
     from billing.models import ModelPrice
+    from tests.billing.ledger_support import price_book_restore
 
-    if not ModelPrice.objects.filter(note="seeded by migration billing.0002").exists():
-        importlib.import_module("billing.migrations.0002_seed_price_book").seed(apps, None)
-        importlib.import_module(
-            "billing.migrations.0004_seed_published_tiers_deepseek_default_pool"
-        ).seed(apps, None)
-        importlib.import_module("billing.migrations.0005_seed_gemini_3_flash_audio_rates").seed(
-            apps, None
-        )
+    price_book_restore()
     return {(p.provider, p.model): p for p in ModelPrice.objects.filter(superseded_at__isnull=True)}
 
 

@@ -105,12 +105,33 @@ def _round(nanos: int) -> int:
     return nanos_to_micros(nanos)
 
 
+def price_book_restore() -> None:
+    """The migrations' seeded price book, put back when a transactional test (a browser
+    or live-server test) flushed the tables: a row priced against a missing price books 0."""
+    import importlib
+
+    from django.apps import apps
+
+    from billing.models import ModelPrice
+
+    if ModelPrice.objects.filter(note="seeded by migration billing.0002").exists():
+        return
+    for migration in (
+        "0002_seed_price_book",
+        "0004_seed_published_tiers_deepseek_default_pool",
+        "0005_seed_gemini_3_flash_audio_rates",
+    ):
+        importlib.import_module(f"billing.migrations.{migration}").seed(apps, None)
+
+
 def book_micros(tenant, micros: int, *, at: datetime | None = None, principal=None) -> None:
     """Book exactly ``micros`` µ$ of spend through the ledger (one row, flushed), the one
     way spend reaches a budget; the row is an estimate-priced request of a seeded model."""
     from django.utils import timezone
 
     from billing.services.usage import usage_message, usage_write_direct
+
+    price_book_restore()  # after a flush the model is unpriced and the row would book 0
 
     message = usage_message(
         tenant=tenant,
@@ -122,4 +143,5 @@ def book_micros(tenant, micros: int, *, at: datetime | None = None, principal=No
         principal_id=str(principal.pk) if principal else None,
         estimate_nanos=micros * 1000,
     )
-    usage_write_direct([message])  # the flush's own path, without the shared queue
+    result = usage_write_direct([message])  # the flush's own path, without the shared queue
+    assert (result.inserted, result.unpriced) == (1, 0), result
