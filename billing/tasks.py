@@ -12,10 +12,15 @@ from controlplane.celery import TRANSIENT_RETRY_POLICY
 from controlplane.task_health import LOCK_CONFLICT_RETRY, lock_conflicts_retried
 
 
-@shared_task(name="billing.tasks.usage_flush_task", ignore_result=True)
+@shared_task(name="billing.tasks.usage_flush_task", ignore_result=True, **LOCK_CONFLICT_RETRY)
 def usage_flush_task() -> int:
-    """Drain the usage queue into the ledger and rollups (idempotent; a batch at a time)."""
-    return usage_flush().inserted
+    """Drain the usage queue into the ledger and rollups (idempotent; a batch at a time).
+
+    A deadlock or serialization failure is retried with jitter (controlplane.task_health);
+    the claimed batch stays in Redis and the retry books it (replays insert nothing).
+    """
+    with lock_conflicts_retried():
+        return usage_flush().inserted
 
 
 @shared_task(

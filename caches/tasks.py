@@ -80,9 +80,14 @@ def cache_hits_flush_task() -> None:
     cache_hits_flush()
 
 
-@shared_task(name="caches.tasks.cache_storage_accrue_task")
+@shared_task(name="caches.tasks.cache_storage_accrue_task", **LOCK_CONFLICT_RETRY)
 def cache_storage_accrue_task() -> None:
-    """Accrue storage cost of recently live caches (idempotent per cache and hour)."""
+    """Accrue storage cost of recently live caches (idempotent per cache and hour).
+
+    It charges budget periods (budget -> periods lock order), so it can lose a deadlock to
+    a budget edit: retried with jitter (controlplane.task_health), the accrual is idempotent.
+    """
     from caches.services.storage import cache_storage_accrue_recent
 
-    cache_storage_accrue_recent()
+    with lock_conflicts_retried():
+        cache_storage_accrue_recent()

@@ -25,6 +25,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from controlplane.api.errors import error_body
+from controlplane.task_health import background_jobs_metrics
 
 # Label names that identify a tenant; a sample with any of them is tenant data.
 TENANT_LABELS = frozenset({"tenant", "tenant_id", "tenant_slug"})
@@ -33,7 +34,7 @@ TENANT_LABELS = frozenset({"tenant", "tenant_id", "tenant_slug"})
 class _WithoutTenantLabels(Collector):
     """Every family of ``registry``, minus the samples labelled with a tenant."""
 
-    def __init__(self, registry: prometheus_client.CollectorRegistry) -> None:
+    def __init__(self, registry: Collector) -> None:
         self.registry = registry
 
     def collect(self) -> Iterator[Metric]:
@@ -43,6 +44,17 @@ class _WithoutTenantLabels(Collector):
                 kept = Metric(family.name, family.documentation, family.type, family.unit)
                 kept.samples = samples
                 yield kept
+
+
+class _WithBackgroundJobs(Collector):
+    """Every family of ``registry``, plus the watched beat jobs' records from Redis."""
+
+    def __init__(self, registry: prometheus_client.CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.registry.collect()
+        yield from background_jobs_metrics()
 
 
 def _registry() -> prometheus_client.CollectorRegistry:
@@ -82,7 +94,7 @@ def _audit_invalid_token(request: HttpRequest) -> None:
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """The Prometheus exposition, as the token configuration allows (see the module)."""
     token = settings.CACHEPLANE_METRICS_TOKEN
-    registry = _registry()
+    registry = _WithBackgroundJobs(_registry())
     if token:
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not presented.strip():
@@ -90,7 +102,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         if not hmac.compare_digest(presented.strip().encode(), token.encode()):
             _audit_invalid_token(request)
             return _refuse(401, "invalid_metrics_token", "The metrics token is not valid.")
-        source: prometheus_client.CollectorRegistry | Collector = registry
+        source: Collector = registry
     elif settings.PRODUCTION:
         return _refuse(
             403,

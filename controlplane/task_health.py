@@ -22,6 +22,8 @@ from typing import Any
 
 from celery.signals import task_failure, task_retry, task_success
 from prometheus_client import Counter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from controlplane.redis import keys
 
@@ -35,6 +37,7 @@ WATCHED_TASKS = (
     "gateway.tasks.budget_holds_expire_task",
     "billing.tasks.budget_reservations_expire_task",
     "billing.tasks.usage_flush_task",
+    "caches.tasks.cache_storage_accrue_task",
 )
 #: Overdue after this many beat intervals without a success.
 OVERDUE_INTERVALS = 2
@@ -143,6 +146,44 @@ def background_jobs_state() -> dict[str, dict[str, str]]:
         name: {k.decode(): v.decode() for k, v in raw.items()}
         for name, raw in zip(WATCHED_TASKS, pipe.execute(), strict=True)
     }
+
+
+def background_jobs_metrics() -> Iterator[Metric]:
+    """The watched jobs' Redis records as Prometheus families, read at scrape time.
+
+    The in-process counters above live in the Celery worker that ran the task, which no
+    scrape of the web process sees (without a multiprocess directory); these come from the
+    records every worker writes, so ``/metrics`` shows every retry wherever it ran:
+    ``cacheplane_background_job_runs_total{task,outcome}`` (success, failure, retry) and
+    ``cacheplane_background_job_last_success_timestamp_seconds{task}``. Nothing is
+    yielded when Redis cannot answer (``/readyz`` says so).
+    """
+    try:
+        states = background_jobs_state()
+    except Exception:
+        return
+    runs = CounterMetricFamily(
+        "cacheplane_background_job_runs",
+        "Runs of each watched beat job by outcome (success, failure, retry after a "
+        "deadlock or serialization failure), as recorded in Redis by every worker.",
+        labels=["task", "outcome"],
+    )
+    last = GaugeMetricFamily(
+        "cacheplane_background_job_last_success_timestamp_seconds",
+        "When each watched beat job last succeeded (absent: never).",
+        labels=["task"],
+    )
+    for name, state in states.items():
+        for field, outcome in (
+            ("successes", "success"),
+            ("failures", "failure"),
+            ("retries", "retry"),
+        ):
+            runs.add_metric([name, outcome], float(state.get(field, 0)))
+        if "last_success" in state:
+            last.add_metric([name], float(state["last_success"]))
+    yield runs
+    yield last
 
 
 def _count_retry(request: Any = None, reason: Any = None, **_: object) -> None:

@@ -21,7 +21,13 @@ def budget_settlements_flush_task() -> int:
         return budget_settlements_flush().inserted
 
 
-@shared_task(name="gateway.tasks.budget_holds_expire_task", ignore_result=True)
+@shared_task(
+    name="gateway.tasks.budget_holds_expire_task", ignore_result=True, **LOCK_CONFLICT_RETRY
+)
 def budget_holds_expire_task() -> int:
-    """Drop expired gateway holds (a crashed gateway's) on every known period."""
-    return budget_holds_expire()
+    """Drop expired gateway holds (a crashed gateway's) on every known period.
+
+    A deadlock or serialization failure is retried with jitter (controlplane.task_health).
+    """
+    with lock_conflicts_retried():
+        return budget_holds_expire()

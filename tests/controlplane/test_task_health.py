@@ -98,3 +98,35 @@ def test_a_settlement_flush_that_stops_succeeding_is_an_alert_on_the_platform_pa
     assert overdue[0].interval_seconds == 5 and overdue[0].since_success_seconds >= 15
     page = client.get("/platform/").content.decode()
     assert 'id="background-alerts"' in page and FLUSH in page
+
+
+def test_a_retry_recorded_by_any_worker_is_counted_on_the_metrics_page(redis_flush) -> None:
+    from types import SimpleNamespace
+
+    from controlplane.task_health import _count_retry
+
+    # What the task_retry signal hands over in a Celery worker (another process): only
+    # its Redis record reaches the web process that serves /metrics.
+    _count_retry(request=SimpleNamespace(task=FLUSH), reason=LockConflict("40P01", "x"))
+    budget_settlements_flush_task.apply()
+    page = Client().get("/metrics").content.decode()
+    assert f'cacheplane_background_job_runs_total{{outcome="retry",task="{FLUSH}"}} 1.0' in page
+    assert f'cacheplane_background_job_runs_total{{outcome="success",task="{FLUSH}"}} 1.0' in page
+    assert f'cacheplane_background_job_last_success_timestamp_seconds{{task="{FLUSH}"}}' in page
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        "billing.tasks.usage_flush_task",
+        "gateway.tasks.budget_holds_expire_task",
+        "caches.tasks.cache_storage_accrue_task",
+    ],
+)
+def test_every_beat_writer_of_budget_rows_retries_a_lost_deadlock(task) -> None:
+    import importlib
+
+    module, _, name = task.rpartition(".")
+    options = getattr(importlib.import_module(module), name)
+    assert LockConflict in options.autoretry_for
+    assert options.max_retries == LOCK_CONFLICT_RETRY["max_retries"]
