@@ -7,6 +7,8 @@ is written; what the routing can do with each worker is reported with its reason
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -144,3 +146,31 @@ def test_releases_before_the_tagged_salt_key_hash_the_bare_salt():
     assert salt_form(engine="vllm", version="0.11.2") == "bare"
     assert salt_form(engine="vllm", version="") == "tagged"
     assert salt_form(engine="reference", version="0.1.0") == "tagged"
+
+
+def test_the_workers_page_says_whose_events_stopped_arriving_and_whose_hashes_do_not_match(
+    redis_flush, platform_admin
+):
+    import time
+
+    from workers import kv_index
+
+    worker_register(actor=Actor.cli(), **VLLM)
+    worker_register(
+        actor=Actor.cli(), **{**VLLM, "name": "gpu-2", "base_url": "http://10.0.0.6:8000"}
+    )
+    worker_register(
+        actor=Actor.cli(), **{**VLLM, "name": "gpu-3", "base_url": "http://10.0.0.7:8000"}
+    )
+    # What the KV indexer writes: gpu-1's last event 10 minutes ago, gpu-2 live but its
+    # published hashes disagree with ours, gpu-3 live and right.
+    kv_index.mark_live(redis_flush, workers=["gpu-1"], now=time.time() - 600)
+    kv_index.mark_live(redis_flush, workers=["gpu-2", "gpu-3"])
+    kv_index.record_hash_check(redis_flush, worker="gpu-2", matched=3, mismatched=2)
+    kv_index.record_hash_check(redis_flush, worker="gpu-3", matched=5, mismatched=0)
+    client = Client()
+    client.force_login(platform_admin)
+    page = client.get("/platform/workers/").content.decode()
+    assert re.search(r"events warn\">not arriving \(last 6\d\d s ago\)", page)
+    assert 'events warn">hashes do not match (2 of 5 checked): routed approximately' in page
+    assert 'events">live, 0 blocks indexed' in page
