@@ -92,7 +92,9 @@ class _Stream:
     last: int | None = None
     last_ts: float = 0.0
     synced: bool = False
-    stats: dict[str, int] = field(default_factory=lambda: {"batches": 0, "resets": 0})
+    stats: dict[str, int] = field(
+        default_factory=lambda: {"batches": 0, "resets": 0, "replayed": 0}
+    )
 
 
 class KVIndexer:
@@ -268,6 +270,7 @@ class KVIndexer:
                 except Exception:  # undecodable: the caller sees the gap and resets
                     return
                 self._apply(stream, seq, decoded)
+                stream.stats["replayed"] += 1
             else:
                 logger.warning("replay from %s timed out", stream.source.worker)
         finally:
@@ -320,6 +323,8 @@ class IndexerThread:
             self.indexer.poll_once(50)
 
     def stop(self) -> None:
+        if self._stop.is_set():  # stopped already (a test may stop it before teardown)
+            return
         self._stop.set()
         self._thread.join(timeout=5)
         self.indexer.close()

@@ -125,19 +125,61 @@ def test_gateway_routes_a_repeated_salted_prefix_to_its_real_holder(
             > 0
         )
     )
-    hits = 0
+    hits, seen = 0, []
+    exact_before = _exact_decisions()
     for n in range(8):
         again = _ask(live_server_url, acme, system, f"follow-up {n}")
         hits += again.headers["x-cacheplane-worker"] == holder
-        details = again.parse().usage.prompt_tokens_details
+        usage = again.parse().usage
+        details = usage.prompt_tokens_details
         assert details is not None and details.cached_tokens >= 128  # vLLM's own count
+        seen.append((again.headers["x-cacheplane-ledger-key"], usage, details.cached_tokens))
     assert hits == 8
+    # Each follow-up was placed by the KV-event index (vLLM's own hashes), not the guess.
+    assert _exact_decisions() - exact_before == 8
+    # The ledger books what real vLLM reported, under the gateway's own keys.
+    rows = _ledger_rows(tenant_keys["gw-acme"]["tenant"], [key for key, _, _ in seen])
+    for key, usage, cached in seen:
+        row = rows[key]
+        assert (row.worker, row.provider, row.prompt_tokens, row.cached_read_tokens) == (
+            holder,
+            "vllm",
+            usage.prompt_tokens,
+            cached,
+        )
+        assert row.output_tokens == usage.completion_tokens
     # Another tenant, same prompt: its salt makes every block different: cold.
     other = _ask(live_server_url, globex, system, "first question")
     details = other.parse().usage.prompt_tokens_details
     assert details is None or not details.cached_tokens
     checked = kv_index.worker_event_status(fleet["redis"], workers=[holder])[holder]
     assert checked["hash_bad"] == 0  # the indexer's own check never saw a mismatch
+
+
+def _exact_decisions() -> float:
+    """Routing decisions the gateway (served in this process) made from the KV index."""
+    from prometheus_client import REGISTRY
+
+    return sum(
+        sample.value
+        for family in REGISTRY.collect()
+        if family.name == "cacheplane_gateway_route"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels.get("mode") == "exact"
+    )
+
+
+def _ledger_rows(tenant, keys: list[str]) -> dict:
+    """The ledger rows of ``keys`` once the usage flush has booked them all."""
+    from billing.models import UsageRecord
+    from billing.services.usage import usage_flush
+
+    def booked() -> bool:
+        usage_flush()
+        return UsageRecord.objects.filter(tenant=tenant, request_id__in=keys).count() == len(keys)
+
+    _wait(booked, timeout=30)
+    return {r.request_id: r for r in UsageRecord.objects.filter(tenant=tenant, request_id__in=keys)}
 
 
 def test_a_restarted_worker_is_reset_in_the_index_and_followed_again(fleet):
@@ -161,3 +203,36 @@ def test_a_restarted_worker_is_reset_in_the_index_and_followed_again(fleet):
     stats = fleet["indexer"].indexer.streams[server.name].stats
     _wait(lambda: stats["resets"] >= 1 and status()["live"])
     assert status()["resident_blocks"] > 0  # the new blocks, after the reset
+
+
+def test_an_indexer_started_after_the_worker_published_replays_what_it_missed(fleet):
+    import httpx
+
+    server = fleet["servers"][0]
+    client = fleet["redis"]
+    fleet["indexer"].stop()  # nobody listens while vLLM publishes the next batches
+    httpx.post(
+        f"{server.base_url}/v1/completions",
+        json={"model": "tiny", "prompt": long_text(91, 300), "max_tokens": 1},
+        timeout=120,
+    ).raise_for_status()
+    late = IndexerThread(redis=client, sources=registry_sources).start()
+    try:
+        # The first live batch the late indexer sees has seq > 0: it asks vLLM's replay
+        # socket for everything before it, and applies it in order (no reset).
+        _wait(lambda: server.name in late.indexer.streams)
+        stats = late.indexer.streams[server.name].stats
+        deadline = time.monotonic() + 60
+        for n in range(92, 192):  # a SUB socket may miss batches until it has joined
+            httpx.post(
+                f"{server.base_url}/v1/completions",
+                json={"model": "tiny", "prompt": long_text(n, 300), "max_tokens": 1},
+                timeout=120,
+            ).raise_for_status()
+            if stats["replayed"] >= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)  # polling the indexer thread, which applies what vLLM publishes
+        assert stats["replayed"] >= 1 and stats["batches"] > stats["replayed"]
+        assert stats["resets"] == 0
+    finally:
+        late.stop()
