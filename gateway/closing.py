@@ -81,7 +81,8 @@ async def _write_batch(parts: list[limits.ClosePart], meters: list[Meter]) -> No
         usage = replies[1 if parts else 0 : usage_end] if replies is not None else None
         if usage is None or any(isinstance(reply, Exception) for reply in usage):
             await db_sync_to_async(metering.write_direct)(messages, recorded)
-        metering.tick(recorded)
+        # Each meter carries the pipeline's own price (None: unpriced); no DB on the loop.
+        metering.tick(recorded, price_unpriced=False)
 
 
 async def _close_alone(parts: list[limits.ClosePart]) -> None:

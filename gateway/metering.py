@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.metrics import MetricWrapperBase
@@ -109,12 +109,8 @@ def cost_micros(meter: Meter) -> int:
     )
 
 
-if TYPE_CHECKING:
-    import redis
-
 _Metric = TypeVar("_Metric", bound=MetricWrapperBase)
 _children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
-_redis: redis.Redis | None = None
 
 
 def _series(metric: _Metric, *label_values: str) -> _Metric:
@@ -129,17 +125,6 @@ def _series(metric: _Metric, *label_values: str) -> _Metric:
     return cast(_Metric, child)  # labels() returns a child of the metric's own class
 
 
-def _redis_client() -> redis.Redis:
-    """One client (one connection pool) for the process: ``ops.redis_client()`` makes a new
-    pool, hence a new connection, on every call."""
-    global _redis
-    if _redis is None:
-        from controlplane.ops import redis_client
-
-        _redis = redis_client()
-    return _redis
-
-
 def _observe(meter: Meter) -> None:
     tenant, model = meter.tenant_slug, meter.model
     _series(REQUESTS, tenant, model, meter.provider, meter.status).inc()
@@ -152,21 +137,6 @@ def _observe(meter: Meter) -> None:
         _series(DELIVERED_HITS, tenant, model).inc()
     if meter.ttft_ms is not None:
         _series(TTFT, model).observe(meter.ttft_ms / 1000)
-
-
-def meter_finish_many(meters: Sequence[Meter]) -> None:
-    """Record finished requests from synchronous code: the steps the gateway's closing
-    (``gateway.closing``) takes, through the process's synchronous Redis client."""
-    messages, recorded = encode_usage(meters)
-    if not recorded:
-        return
-    try:
-        pipe = _redis_client().pipeline(transaction=False)
-        queue_usage(pipe, messages, recorded)
-        pipe.execute()
-    except Exception:
-        write_direct(messages, recorded)
-    tick(recorded)
 
 
 def encode_usage(meters: Sequence[Meter]) -> tuple[list[bytes], list[Meter]]:
@@ -246,12 +216,21 @@ def write_direct(messages: list[bytes], recorded: Sequence[Meter]) -> None:
             logger.exception("usage record dropped", extra={"request_id": meter.request_id})
 
 
-def tick(recorded: Sequence[Meter]) -> None:
-    """The live console's per-tenant counters (in memory; published once a second)."""
+def tick(recorded: Sequence[Meter], *, price_unpriced: bool = True) -> None:
+    """The live console's per-tenant counters (in memory; published once a second).
+
+    ``price_unpriced=False`` (the gateway's closing, on the event loop): a meter without
+    ``cost_micros`` is a request the pipeline found no price for, so it counts 0 here,
+    as the ledger books it; pricing it again would query the database from the loop
+    (``SynchronousOnlyOperation`` once the price cache was cleared) and drop the tick.
+    """
     from controlplane.live.usage import UsageDelta, usage_ticker
 
     for meter in recorded:
         try:
+            cost = meter.cost_micros
+            if cost is None:
+                cost = cost_micros(meter) if price_unpriced else 0
             usage_ticker.add(
                 meter.tenant_id,
                 UsageDelta(
@@ -261,11 +240,9 @@ def tick(recorded: Sequence[Meter]) -> None:
                     available_tokens=meter.available_tokens,
                     routed_tokens=meter.routed_tokens,
                     output_tokens=meter.output_tokens,
-                    cost_micros=meter.cost_micros
-                    if meter.cost_micros is not None
-                    else cost_micros(meter),
+                    cost_micros=cost,
                     errors=int(meter.status != "ok"),
                 ),
             )
-        except Exception:
-            logger.exception("usage record dropped", extra={"request_id": meter.request_id})
+        except Exception:  # the ledger has the request; only the live tile misses it
+            logger.exception("live usage tick dropped", extra={"request_id": meter.request_id})
