@@ -232,7 +232,9 @@ def test_an_indexer_started_after_the_worker_published_replays_what_it_missed(fl
             if stats["replayed"] >= 1 or time.monotonic() > deadline:
                 break
             time.sleep(0.5)  # polling the indexer thread, which applies what vLLM publishes
-        assert stats["replayed"] >= 1 and stats["batches"] > stats["replayed"]
+        assert stats["replayed"] >= 1
+        # ... and then the live batch that revealed the gap (the indexer thread's next step).
+        _wait(lambda: stats["batches"] > stats["replayed"])
         assert stats["resets"] == 0
     finally:
         late.stop()
