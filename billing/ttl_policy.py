@@ -96,13 +96,6 @@ class CacheEconomics:
     hit_per_mtok: Decimal
     storage_per_mtok_hour: Decimal
 
-    def breakeven_rate_per_hour(self) -> Decimal:
-        """Queries per hour above which keeping the cache pays (∞ if a hit saves nothing)."""
-        saving = self.miss_per_mtok - self.hit_per_mtok
-        if saving <= 0:
-            return Decimal("Infinity")
-        return self.storage_per_mtok_hour / saving
-
 
 # --- The autopilot: a learned keep-alive per context -----------------------------------
 #

@@ -62,19 +62,6 @@ def worker_heartbeat_record() -> str:
     return key
 
 
-def worker_heartbeats() -> dict[str, float]:
-    """Live workers and the age in seconds of their last heartbeat."""
-    client = redis_client()
-    now = time.time()
-    ages: dict[str, float] = {}
-    for key in client.scan_iter(match=keys.worker_heartbeat_all(), count=100):
-        value = client.get(key)
-        if value is not None:
-            name = key.decode()[len(HEARTBEAT_KEY_PREFIX) :]
-            ages[name] = round(now - float(value), 1)
-    return ages
-
-
 def _reason(exc: Exception) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}"[:200]

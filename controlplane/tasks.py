@@ -9,5 +9,5 @@ from controlplane import ops
 
 @shared_task(name="controlplane.tasks.worker_heartbeat_task", ignore_result=True)
 def worker_heartbeat_task() -> None:
-    """Record that a Celery worker is consuming the queue (read by /readyz and the console)."""
+    """Record that a Celery worker is consuming the queue (a Redis key that expires)."""
     ops.worker_heartbeat_record()

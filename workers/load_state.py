@@ -21,8 +21,6 @@ sending (or failed over) lets its reservation expire after ``RESERVE_SECONDS``.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
 from typing import Any
 
 from controlplane.redis import keys
@@ -48,42 +46,3 @@ def queue_add(
     pipe.hset(BEAT_KEY, replica, str(now))
     if reservation:  # the request is counted now: its reservation has done its job
         pipe.zrem(reserved_key(worker), reservation)
-
-
-def queue_read(pipe: Any) -> None:
-    pipe.hgetall(INFLIGHT_KEY)
-    pipe.hgetall(BEAT_KEY)
-
-
-def parse_read(
-    inflight: dict[bytes, bytes],
-    beats: dict[bytes, bytes],
-    *,
-    now: float,
-    workers: Sequence[str] | None = None,
-) -> tuple[dict[str, int], list[bytes]]:
-    """``(fleet in-flight per worker, fields of dead replicas)`` from :func:`queue_read`."""
-    live = {_s(r) for r, stamp in beats.items() if now - float(stamp) <= REPLICA_TTL}
-    totals: dict[str, int] = {}
-    dead: list[bytes] = []
-    for raw_field, value in inflight.items():
-        replica, _, worker = _s(raw_field).partition("|")
-        if replica not in live:
-            dead.append(raw_field)
-            continue
-        if workers is None or worker in workers:
-            totals[worker] = totals.get(worker, 0) + max(0, int(value))
-    return totals, dead
-
-
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-async def fleet_inflight(client: Any) -> dict[str, int]:
-    """The fleet's in-flight counts (redis.asyncio client), for dashboards and tests."""
-    pipe = client.pipeline(transaction=False)
-    queue_read(pipe)
-    inflight, beats = await pipe.execute()
-    totals, _dead = parse_read(inflight, beats, now=time.time())
-    return totals

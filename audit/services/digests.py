@@ -28,11 +28,14 @@ from audit.chain import GENESIS_HASH, iter_chunks
 from audit.models import AuditChainHead, AuditDigest, AuditEvent
 from audit.services.signing_keys import audit_signing_key_register
 from audit.signing import Signer
+from controlplane.task_queue import task_enqueue
 
 logger = logging.getLogger(__name__)
 
 #: Chains per fan-out task: one task signs at most this many heads.
 DIGEST_BATCH = 200
+#: Enqueued by name (controlplane.task_queue): the task imports this module, not back.
+DIGEST_CREATE_BATCH_TASK = "audit.tasks.audit_digest_create_batch_task"
 
 
 def audit_digest_hour(moment: datetime) -> datetime:
@@ -43,12 +46,10 @@ def audit_digest_hour(moment: datetime) -> datetime:
 def audit_digest_schedule(*, now: datetime | None = None) -> int:
     """Fan out this hour's digests: one task per batch of chains whose head moved since
     their last digest. Returns the number of tasks enqueued."""
-    from audit.tasks import audit_digest_create_batch_task
-
     hour = audit_digest_hour(now or timezone.now()).isoformat()
     batches = 0
     for batch in iter_chunks(selectors.audit_digest_chains_due_all_tenants(), DIGEST_BATCH):
-        audit_digest_create_batch_task.delay(hour, batch)
+        task_enqueue(DIGEST_CREATE_BATCH_TASK, hour, batch)
         batches += 1
     return batches
 

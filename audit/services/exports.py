@@ -40,6 +40,7 @@ from audit.services.export_bundle import export_bundle_write
 from audit.services.signing_keys import audit_signing_key_register
 from audit.snapshot import EMPTY, diff, model_snapshot
 from controlplane.errors import DomainError
+from controlplane.task_queue import task_enqueue_on_commit
 from tenants.actor import Actor
 from tenants.models import Principal, Tenant
 
@@ -48,6 +49,8 @@ logger = logging.getLogger(__name__)
 #: A running export whose heartbeat is older than this is presumed dead and may be
 #: taken over by the next delivery of its task.
 EXPORT_LEASE = timedelta(minutes=10)
+#: Enqueued by name (controlplane.task_queue): the task imports this module, not back.
+EXPORT_RUN_TASK = "audit.tasks.audit_export_run_task"
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -159,10 +162,7 @@ def audit_export_create(
             },
         )
         if enqueue:
-            from audit.tasks import audit_export_run_task
-
-            export_id = str(export.pk)
-            transaction.on_commit(lambda: audit_export_run_task.delay(export_id))
+            task_enqueue_on_commit(EXPORT_RUN_TASK, str(export.pk))
     return export
 
 

@@ -8,8 +8,9 @@ What other apps call (the gateway, the caches app):
   stream=, thinking_tokens=, audio_prompt_tokens=, audio_cached_read_tokens=,
   audio_output_tokens=)``: one Redis RPUSH per request (partial streams too, with the
   counts of what was streamed);
-- ``budget_reserve(tenant=, principal=, estimate_micros=, request_id=)`` before the work,
-  then ``budget_settle(reservation=, actual_micros=)`` or ``budget_release(reservation=)``;
+- ``budget_reserve(tenant=, principal=, estimate_micros=, request_id=)`` before the work
+  (None when no budget applies), then ``budget_settle(reservation=, actual_micros=)`` or
+  ``budget_release(reservation=)`` on the reservation it returned;
 - ``budget_reserve_cache_storage(...)`` before creating a cache;
 - ``cache_creation_record(...)`` when an explicit cache has been written;
 - ``storage_accrue(tenant=, cache_id=, provider=, model=, tokens=, start=, end=)`` from

@@ -7,16 +7,19 @@ delivery task go out after commit.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 from uuid import UUID
 
-from django.db import connection, transaction
+from django.db import connection
 
 from audit.services import audit_record
 from billing.models import Budget, BudgetAlert, BudgetPeriod, WebhookState
 from billing.selectors.budgets import ALERT_BASIS
+from controlplane.task_queue import task_enqueue_on_commit
 from tenants.actor import Actor
+
+#: Enqueued by name (controlplane.task_queue): the task imports this module, not back.
+ALERT_DELIVER_TASK = "billing.tasks.budget_alert_deliver_task"
 
 
 def budget_alerts_raise(*, tenant_id: UUID | str, moved: list[dict[str, Any]]) -> list[BudgetAlert]:
@@ -104,8 +107,6 @@ def budget_alerts_raise(*, tenant_id: UUID | str, moved: list[dict[str, Any]]) -
             publish_on_commit(tenant_group(tenant_id, "alerts"), "billing.alert", event)
             publish_on_commit(platform_group("alerts"), "billing.alert", event)
             if budget.webhook_url:
-                from billing.tasks import budget_alert_deliver_task
-
-                transaction.on_commit(partial(budget_alert_deliver_task.delay, str(alert.pk)))
+                task_enqueue_on_commit(ALERT_DELIVER_TASK, str(alert.pk))
             raised.append(alert)
     return raised

@@ -77,10 +77,6 @@ def period_keys(period_id: int) -> tuple[str, str, str]:
     return keys.budget_period(period_id)
 
 
-def settle_queue_key() -> str:
-    return keys.budget_settle_queue()
-
-
 @dataclass(frozen=True)
 class PeriodView:
     """One budget period that applies to a caller, as the hot path needs it."""

@@ -72,10 +72,10 @@ def budget_reserve(
     ttl: timedelta | None = None,
     kind: str = "request",
     actor: Actor | None = None,
-) -> BudgetReservation:
+) -> BudgetReservation | None:
     """Hold ``estimate_micros`` on every budget that applies, or refuse (before any work).
 
-    Returns the reservation (unsaved, holding nothing, when no budget applies). A replay
+    Returns the reservation, or None when no budget applies (nothing is held). A replay
     of ``request_id`` returns the first reservation. Raises BudgetExceeded (402) when a
     hard budget would go over its limit; the refusal is audited (outcome ``denied``).
     Not audited on success: this is the per-request hot path; the ledger records it.
@@ -88,6 +88,8 @@ def budget_reserve(
     ttl = ttl or timedelta(seconds=settings.CACHEPLANE_BILLING_RESERVATION_TTL_SECONDS)
     principal_id = principal.pk if principal is not None else None
     budgets = budgets_applicable(tenant=tenant, principal_id=principal_id, at=now)
+    if not budgets:
+        return None
     reservation = BudgetReservation(
         tenant=tenant,
         principal_id=principal_id,
@@ -96,8 +98,6 @@ def budget_reserve(
         amount_micros=estimate_micros,
         expires_at=now + ttl,
     )
-    if not budgets:
-        return reservation
     periods = sorted(
         (p for p in (budget_period_ensure(budget=b, at=now) for b in budgets) if p is not None),
         key=lambda p: p.pk,
@@ -181,7 +181,7 @@ def budget_reserve_cache_storage(
     ttl: timedelta,
     pool: str = "",
     actor: Actor | None = None,
-) -> BudgetReservation:
+) -> BudgetReservation | None:
     """Reserve the storage cost of a cache for its requested TTL (before creating it).
 
     The hold lasts the TTL plus a grace hour; the caches app settles it with the accrued
@@ -279,10 +279,6 @@ def budget_settle(*, reservation: BudgetReservation, actual_micros: int) -> Budg
     """
     if not isinstance(actual_micros, int) or actual_micros < 0:
         raise InvalidUsage("actual_micros must be a non-negative integer.")
-    if reservation._state.adding:  # no budget applied: nothing is held
-        reservation.state = ReservationState.SETTLED
-        reservation.actual_micros = actual_micros
-        return reservation
     with transaction.atomic():
         # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
         locked = BudgetReservation.objects.all_tenants().select_for_update().get(pk=reservation.pk)
@@ -322,9 +318,6 @@ def budget_hold_consume(*, tenant_id: UUID | str, request_id: str, micros: int) 
 
 def budget_release(*, reservation: BudgetReservation) -> BudgetReservation:
     """Drop a hold without charging (the request failed before costing anything)."""
-    if reservation._state.adding:
-        reservation.state = ReservationState.RELEASED
-        return reservation
     with transaction.atomic():
         # all_tenants: a row loaded by id (or due rows of every tenant); tenant is on the row
         locked = BudgetReservation.objects.all_tenants().select_for_update().get(pk=reservation.pk)

@@ -185,10 +185,3 @@ def budget_live_book(*, charges_nanos: dict[int, int], holds: dict[int, list[str
     except redis.RedisError:
         logger.warning("bookings not mirrored to Redis: %s", charges_nanos, exc_info=True)
         return 0
-
-
-def budget_live_adjust_on_commit(*, deltas_nanos: dict[int, int]) -> None:
-    """A spend change PostgreSQL made by itself (a reprice's recomputation), mirrored onto
-    the Redis counters once the transaction commits."""
-    if any(deltas_nanos.values()):
-        transaction.on_commit(partial(budget_live_book, charges_nanos=dict(deltas_nanos), holds={}))

@@ -119,10 +119,6 @@ class RepriceResult:
     budget_delta_nanos: int = 0
 
     @property
-    def budget_delta_micros(self) -> int:
-        return nanos_to_micros(self.budget_delta_nanos)
-
-    @property
     def delta_micros(self) -> int:
         return nanos_to_micros(self.delta_nanos)
 

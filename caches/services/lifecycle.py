@@ -39,6 +39,7 @@ from caches.providers.registry import vertex_scope_for_tenant
 from caches.services.locks import cache_lock
 from caches.services.transitions import cache_transition
 from caches.services.validation import validate_content, validate_model, validate_ttl
+from controlplane.task_queue import task_enqueue_on_commit
 from tenants.actor import Actor
 from tenants.models import Tenant
 
@@ -67,11 +68,13 @@ class CreateOutcome:
     created: bool  # False: an existing live cache or an idempotent replay was returned
 
 
+#: Enqueued by name (controlplane.task_queue): the task imports this module, not back.
+OPERATION_EXECUTE_TASK = "caches.tasks.cache_operation_execute_task"
+
+
 def operation_enqueue(operation: CacheOperation) -> None:
     """Run the operation's task once the current transaction commits."""
-    from caches.tasks import cache_operation_execute_task
-
-    transaction.on_commit(lambda: cache_operation_execute_task.delay(str(operation.pk)))
+    task_enqueue_on_commit(OPERATION_EXECUTE_TASK, str(operation.pk))
 
 
 def cache_create(
@@ -180,7 +183,7 @@ def _reserve_storage(
         else max(1, len(content.render_prefix()) // 4)
     )
     try:
-        reservation = budget_reserve_cache_storage(
+        return budget_reserve_cache_storage(
             tenant=tenant,
             principal=actor.principal,
             request_id=f"cache:{cache_id}",
@@ -192,7 +195,6 @@ def _reserve_storage(
         )
     except PriceNotFound:
         return None
-    return None if reservation._state.adding else reservation
 
 
 def _live_duplicate(tenant: Tenant, spec: CacheSpec, digest: str) -> CacheOperation | None:

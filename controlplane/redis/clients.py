@@ -86,8 +86,3 @@ _async_clients: LoopLocal[aioredis.Redis] = LoopLocal(
 def async_client() -> aioredis.Redis:
     """The running loop's hot-path client (a restarted loop, e.g. in tests, gets its own)."""
     return _async_clients.get()
-
-
-def forget_async_clients() -> None:
-    """Forget every loop's asyncio clients, as a new process (multi-process tests)."""
-    _async_clients.forget()

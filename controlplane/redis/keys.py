@@ -207,10 +207,6 @@ def worker_heartbeat(hostname: str) -> str:
     return f"{HEARTBEAT}{hostname}"
 
 
-def worker_heartbeat_all() -> str:
-    return f"{HEARTBEAT}*"
-
-
 # --- workers: the KV-event index (workers.kv_index) ----------------------------------------
 
 KV = "cp:kv:"

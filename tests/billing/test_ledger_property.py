@@ -163,7 +163,8 @@ def _run(world: _World, name: str, *args: int) -> None:
         cache.tokens, cache.accrued_to = tokens, end
     elif name == "cache_close" and world.caches:
         cache = world.caches.pop()
-        budget_settle(reservation=cache.hold, actual_micros=cache.tokens)
+        if cache.hold is not None:  # None: no budget applied when it opened
+            budget_settle(reservation=cache.hold, actual_micros=cache.tokens)
     elif name == "flush":
         usage_flush()
         holds.budget_settlements_flush()

@@ -308,7 +308,7 @@ def test_reprice_recomputes_ledger_rollups_savings_and_budget_counters(
     assert summary.saved_micros == nanos_to_micros(without - raw_nanos - storage_nanos)
     # Running it again changes nothing.
     again = usage_reprice(actor=platform_actor, since=at - timedelta(hours=1))
-    assert (again.rows_changed, again.budget_delta_micros) == (0, 0)
+    assert (again.rows_changed, again.budget_delta_nanos) == (0, 0)
 
 
 def _gateway_reserve(periods, *, hold_id: str, amount: int):
@@ -449,5 +449,5 @@ def test_reprice_moves_the_gateways_redis_counters_with_the_database_and_the_led
     # Running it again changes nothing, in PostgreSQL or in Redis.
     with django_capture_on_commit_callbacks(execute=True):
         again = usage_reprice(actor=platform_actor, since=at - timedelta(hours=1))
-    assert (again.rows_changed, again.budget_delta_micros) == (0, 0)
+    assert (again.rows_changed, again.budget_delta_nanos) == (0, 0)
     assert holds.budget_period_live(period_id=period.pk)["spent"] == spent

@@ -336,10 +336,11 @@ def test_budget_edits_reprices_and_every_beat_under_traffic_never_deadlock_nor_f
 
 
 def _settle_queue_empty() -> bool:
-    from billing.services.budget_reservations import settle_queue_key
     from controlplane import ops
+    from controlplane.redis import keys
 
     client = ops.redis_client()
     return (
-        client.llen(settle_queue_key()) == 0 and client.zcard(f"{settle_queue_key()}:claims") == 0
+        client.llen(keys.budget_settle_queue()) == 0
+        and client.zcard(keys.budget_settle_claims()) == 0
     )

@@ -46,7 +46,6 @@ def test_worker_consumes_heartbeat_task_through_redis(redis_flush, celery_worker
     while redis_flush.get(key) is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert redis_flush.get(key) is not None, f"task {result.id} was not consumed"
-    assert socket.gethostname() in ops.worker_heartbeats()
 
 
 def test_running_the_heartbeat_twice_is_a_noop_beyond_refreshing(redis_flush) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import openai
 import pytest
@@ -340,32 +342,28 @@ def test_usage_is_metered_to_the_ledger(live_server_url, ref_workers, tenant_key
 
 def test_usage_goes_straight_to_the_ledger_when_the_queue_is_unreachable(tenant_keys, settings):
     from billing.models import UsageRecord
-    from controlplane import ops
     from controlplane.embedded import free_port
-    from gateway.metering import Meter, meter_finish_many
+    from gateway import closing
+    from gateway.metering import Meter
 
     acme = tenant_keys["gw-acme"]
     settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
-    ops.redis_client.cache_clear()  # the process's client follows REDIS_URL
-    meter_finish_many(
-        [
-            Meter(
-                request_id="req-no-redis",
-                tenant_id=str(acme["tenant"].pk),
-                tenant_slug="gw-acme",
-                key_id=str(acme["key_row"].pk),
-                principal_id=str(acme["sa"].pk),
-                provider="vllm",
-                model=MODEL,
-                stream=False,
-                started=0.0,
-                prompt_tokens=100,
-                cached_tokens=64,
-                output_tokens=3,
-            )
-        ]
+    meter = Meter(
+        request_id="req-no-redis",
+        tenant_id=str(acme["tenant"].pk),
+        tenant_slug="gw-acme",
+        key_id=str(acme["key_row"].pk),
+        principal_id=str(acme["sa"].pk),
+        provider="vllm",
+        model=MODEL,
+        stream=False,
+        started=0.0,
+        prompt_tokens=100,
+        cached_tokens=64,
+        output_tokens=3,
     )
-    ops.redis_client.cache_clear()
+    # The gateway's own closing step, on a new loop (whose client follows REDIS_URL).
+    asyncio.run(closing.close(None, meter))
     row = UsageRecord.objects.all_tenants().get(request_id="req-no-redis")
     assert (row.prompt_tokens, row.cached_read_tokens, row.output_tokens) == (100, 64, 3)
 

@@ -172,6 +172,23 @@ def test_a_busy_holder_spills_by_the_fleet_load_every_replica_sees(redis_flush):
     assert decision.candidates[-1].name == "w2"
 
 
+def test_a_dead_replicas_in_flight_count_stops_counting(redis_flush):
+    """A replica whose beat stopped (it died mid-request, never decrementing) no longer
+    loads its worker: the routing script skips its count and deletes it."""
+    from workers import kv_index, load_state
+
+    workers = _workers()
+    _hold(redis_flush, "w2", BODY)
+    kv_index.mark_live(redis_flush, workers=[w.name for w in workers])
+    pipe = redis_flush.pipeline()
+    load_state.queue_add(pipe, replica="gone", worker="w2", delta=6, now=time.time() - 60)
+    pipe.execute()
+    decision = _route(workers, BODY)
+    assert decision.mode == "exact"
+    assert decision.candidates[0].name == "w2"
+    assert not redis_flush.hexists(load_state.INFLIGHT_KEY, "gone|w2")
+
+
 def test_a_stale_index_falls_back_to_the_approximate_guess(redis_flush):
     from workers import kv_index
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import httpx
 import pytest
 
 from tests.workers.engine.support import tiny_config
-from workers import kv_index, load_state
+from workers import kv_index
 from workers.engine.kv_events import KVEventsConfig
 from workers.engine.launcher import serve
 from workers.kv_indexer import IndexerThread, Source
@@ -101,24 +100,3 @@ def test_block_removed_takes_one_copy_and_the_field_goes_at_zero(redis_flush):
         events=[{"type": "BlockStored", "block_hashes": [9], "medium": "CPU"}],
     )
     assert redis_flush.hget(kv_index.worker_key("w1"), "9") is None
-
-
-def test_a_dead_replicas_in_flight_count_stops_counting(redis_flush):
-    import redis.asyncio
-    from django.conf import settings
-
-    now = time.time()
-    pipe = redis_flush.pipeline()
-    load_state.queue_add(pipe, replica="alive", worker="w0", delta=2, now=now)
-    load_state.queue_add(pipe, replica="gone", worker="w0", delta=5, now=now - 60)
-    load_state.queue_add(pipe, replica="alive", worker="w1", delta=1, now=now)
-    pipe.execute()
-
-    async def read():
-        client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
-        try:
-            return await load_state.fleet_inflight(client)
-        finally:
-            await client.aclose()
-
-    assert asyncio.run(read()) == {"w0": 2, "w1": 1}
