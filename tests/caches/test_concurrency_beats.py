@@ -56,7 +56,8 @@ from tests.caches.test_concurrency import _deadlocks
 from tests.factories import actor_for
 from tests.gateway.support import price_vertex_output_only, price_vertex_storage
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+# e2e: two real Celery workers and the real beat for about 90 s (the CI step 50-e2e.sh).
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 FLASH = "gemini-2.5-flash"
 #: The traffic runs this long: two sweeps and six flushes at the production intervals.

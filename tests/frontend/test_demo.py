@@ -77,6 +77,7 @@ def test_demo_traffic_goes_through_the_demo_caches_on_both_providers_with_a_plai
         assert "cache" not in plain and plain["model"] == cached["model"]
 
 
+@pytest.mark.e2e  # two whole `cacheplane up` start-ups (about 2 minutes): the e2e step
 def test_a_restart_prints_no_new_demo_password_and_sends_no_second_burst(
     platform_admin, tmp_path, monkeypatch
 ) -> None:
