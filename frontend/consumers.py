@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib import import_module
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -37,7 +36,7 @@ from controlplane.live import (
 )
 from tenants.access import access_platform, access_refused, access_tenant
 from tenants.actor import Actor, AuthMethod
-from tenants.authentication import api_key_authenticate_at, scope_source
+from tenants.authentication import api_key_authenticate_at, scope_source, session_principal
 from tenants.errors import ApiKeyRejected, TenantNotFound, TenantSuspended
 from tenants.models import ApiKey, Principal, Tenant
 
@@ -260,30 +259,15 @@ def _scope_actor(
 
 
 def _session_caller(scope: dict[str, Any]) -> tuple[Actor, None] | None:
-    """The session's user, re-read: None once the session is gone (logout) or no longer
-    names the same, active user (password change invalidates the auth hash)."""
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-
+    """The session's user as it stands now (``tenants.authentication.session_principal``):
+    None once the session is gone (logout) or no longer names the same, active user
+    (password change invalidates the auth hash)."""
     user = scope.get("user")
     if user is None or not getattr(user, "is_authenticated", False):
         return None
-    session = scope.get("session")
-    session_key = getattr(session, "session_key", None)
-    if session_key is None:
-        # A scope built without a session (tests, or a trusted in-process caller).
-        fresh = Principal.objects.filter(pk=user.pk, is_active=True).first()
-        return (_scope_actor(scope, fresh), None) if fresh is not None else None
-    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-    data = store.load()  # from the session backend, not the copy read at connect
-    if str(data.get(SESSION_KEY)) != str(user.pk) or BACKEND_SESSION_KEY not in data:
-        return None
-    fresh = Principal.objects.filter(pk=user.pk, is_active=True).first()
-    if fresh is None:
-        return None
-    stored_hash = data.get(HASH_SESSION_KEY)
-    if stored_hash is not None and stored_hash != fresh.get_session_auth_hash():
-        return None
-    return _scope_actor(scope, fresh), None
+    session_key = getattr(scope.get("session"), "session_key", None)
+    fresh = session_principal(user_id=user.pk, session_key=session_key)
+    return (_scope_actor(scope, fresh), None) if fresh is not None else None
 
 
 class CredentialRefused(Exception):

@@ -1,6 +1,7 @@
 """Console sign-in: local passwords (break-glass, switchable) and single sign-on.
 
-Adapters only: the protocol and the decisions are ``identity.services.oidc``'s.
+Adapters only: every credential is resolved by ``tenants.authentication`` (which names
+the outcomes and their audit rows); the views render its answers and open the session.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -18,16 +20,13 @@ from django.views.decorators.http import require_GET
 
 from audit.http import login_lockout_response
 from identity.backends import SSO_BACKEND
-from identity.services.oidc import (
-    SsoRefused,
-    oidc_callback_claims,
-    oidc_client,
-    oidc_enabled,
-    sso_login,
-    sso_refusal_record,
+from identity.services.oidc import SsoRefused, oidc_enabled
+from tenants.authentication import (
+    oidc_authenticate,
+    oidc_login_begin,
+    password_authenticate,
+    password_login_refused,
 )
-from tenants.actor import client_ip
-from tenants.services.failures import login_source_lockout_seconds
 
 _NEXT_KEY = "cacheplane.sso.next"
 
@@ -38,10 +37,28 @@ REFUSAL_TITLES = {
 }
 
 
+class ConsoleAuthenticationForm(AuthenticationForm):
+    """Django's login form, its credential checked by ``tenants.authentication``."""
+
+    def clean(self) -> dict[str, Any]:
+        username = self.cleaned_data.get("username")
+        password = self.cleaned_data.get("password")
+        if username is not None and password:
+            self.user_cache = password_authenticate(
+                request=self.request, username=username, password=password
+            )
+            if self.user_cache is None:
+                raise self.get_invalid_login_error()
+            self.confirm_login_allowed(self.user_cache)
+        cleaned: dict[str, Any] = self.cleaned_data
+        return cleaned
+
+
 class ConsoleLoginView(auth_views.LoginView):
     """Django's LoginView with the SSO button; password posts refused when switched off."""
 
     template_name = "frontend/login.html"
+    authentication_form = ConsoleAuthenticationForm
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
@@ -51,7 +68,8 @@ class ConsoleLoginView(auth_views.LoginView):
         return context
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not settings.CACHEPLANE_PASSWORD_LOGIN:
+        refused = password_login_refused(request=request)
+        if refused == "password_login_off":
             return render(
                 request,
                 "frontend/sso_refused.html",
@@ -61,15 +79,11 @@ class ConsoleLoginView(auth_views.LoginView):
                 },
                 status=403,
             )
-        if login_source_lockout_seconds(source_ip=client_ip(request)):
+        if refused == "source_locked":
             locked: HttpResponse = login_lockout_response(request)
             return locked
         response: HttpResponse = super().post(request, *args, **kwargs)
         return response
-
-
-def _facts(request: HttpRequest) -> tuple[str | None, str]:
-    return client_ip(request), request.headers.get("User-Agent", "")[:300]
 
 
 @require_GET
@@ -83,34 +97,24 @@ def sso_start(request: HttpRequest) -> HttpResponseBase:
     ):
         request.session[_NEXT_KEY] = nxt
     try:
-        client = oidc_client()
-    except SsoRefused as refused:
-        source_ip, agent = _facts(request)
-        sso_refusal_record(refused=refused, source_ip=source_ip, user_agent=agent)
+        return oidc_login_begin(
+            request=request, redirect_uri=request.build_absolute_uri(reverse("sso-callback"))
+        )
+    except SsoRefused as refused:  # audited by oidc_login_begin
         return _refused_page(request, refused)
-    response: HttpResponseBase = client.authorize_redirect(
-        request, request.build_absolute_uri(reverse("sso-callback"))
-    )
-    return response
 
 
 @require_GET
 def sso_callback(request: HttpRequest) -> HttpResponse:
     """Finish the code flow, admit the person (audited) and open a session."""
-    source_ip, agent = _facts(request)
     if not oidc_enabled():
         return redirect("login")
     try:
-        try:
-            claims = oidc_callback_claims(request=request)
-        except SsoRefused as refused:
-            sso_refusal_record(refused=refused, source_ip=source_ip, user_agent=agent)
-            raise
-        admitted = sso_login(claims=claims, source_ip=source_ip, user_agent=agent)
-    except SsoRefused as refused:
+        principal = oidc_authenticate(request=request)
+    except SsoRefused as refused:  # audited by oidc_authenticate
         return _refused_page(request, refused)
     nxt = request.session.pop(_NEXT_KEY, "") or settings.LOGIN_REDIRECT_URL
-    login(request, admitted.principal, backend=SSO_BACKEND)
+    login(request, principal, backend=SSO_BACKEND)
     return redirect(nxt)
 
 

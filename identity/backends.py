@@ -1,4 +1,9 @@
-"""Django authentication backends for the console: local passwords (switchable) and SSO."""
+"""Django authentication backends for the console: local passwords (switchable) and SSO.
+
+Django's ``authenticate`` and ``login`` call these; the console reaches them through
+``tenants.authentication`` (``password_authenticate``, ``oidc_authenticate``), the module
+that resolves every credential and names its outcomes.
+"""
 
 from __future__ import annotations
 

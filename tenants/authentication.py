@@ -1,24 +1,54 @@
 """Authentication: the one place that turns a presented credential into a principal.
 
 Authorization has one boundary (``tenants.access``); so does authentication. Every entry
-point hands what it received to this module and acts on the answer:
+point hands what it received to a function here and acts on the answer. The protocols
+stay with the libraries that implement them (Django's sessions and password hashers,
+django-axes, Authlib for OpenID Connect); this module is where they are called from and
+where each outcome is named.
+
+Who calls what, and the one audit action each outcome writes:
+
+* API key — ``api_key_authenticate_at`` (REST, WebSocket consumers, gateway).
+  Refused: ``tenants.api_key.authenticate`` (failed, written here). Source locked out:
+  ``tenants.api_key.lockout`` / ``tenants.api_key.throttled`` (denied,
+  ``tenants.services.throttling``). Admitted: no row; the request's own row names the key.
+* Password — ``password_login_refused`` then ``password_authenticate`` (console login
+  view). Admitted: ``tenants.session.login`` (success). Wrong: ``tenants.session.login``
+  (failed, coalesced per source with ``details.failures``). Locked:
+  ``tenants.session.lockout`` (denied; ``tenants.services.failures`` when a source's lock
+  engages, ``audit.signals`` for django-axes' (user name, source) lock).
+* OpenID Connect — ``oidc_login_begin`` (``/login/sso/``) and ``oidc_authenticate`` (its
+  callback). Admitted: ``identity.oidc.login`` (success). Refused:
+  ``identity.oidc.login`` (denied, ``details.reason``).
+* Session — ``session_principal`` (a WebSocket's re-check). Ended: no row here; the
+  socket's ``frontend.socket.recheck`` (denied, ``credential_ended``) names it.
+
+``tenants.session.login`` (success) is written for every session opened, by password or
+by single sign-on, by Django's ``user_logged_in`` signal (``tenants.signals``); the
+password failures go through ``user_login_failed`` to the same receiver module, so the
+Django admin's login form, which calls ``django.contrib.auth.authenticate`` itself, is
+audited and throttled exactly like the console's.
 
 * **Where a request comes from** (``client_address``, ``http_source``, ``scope_source``):
   the peer address, or, when the peer is a trusted proxy (``CACHEPLANE_TRUSTED_PROXIES``,
   CIDRs, default none), the right-most ``X-Forwarded-For`` entry that is not itself a
   trusted proxy. Entries to its left were written by the client and are never believed.
   Throttling and audit rows use this address.
-* **API keys** (``api_key_authenticate_at``): REST (``controlplane.api.authentication``),
-  the WebSocket consumers (``frontend.consumers``) and the gateway (``gateway.identity``)
-  all call it: the per-source guess throttle, the lookup, and one failure audit row,
-  ``tenants.api_key.authenticate`` (failed; ``details.entry_point`` says which door), on
-  the key's tenant chain when the key is real, else on the platform chain.
-* **Sessions**: Django's session framework resolves them (console, REST's session
-  authentication, Channels' ``AuthMiddlewareStack``); sessions are opened by a password
-  (``identity.backends.PasswordBackend``) or by single sign-on (``identity.services.oidc``).
-
-The gateway calls ``api_key_authenticate_at`` only on a key-cache miss (once per key per
-``KEY_CACHE_SECONDS``): nothing here adds a round trip to its hot path.
+* **API keys**: the per-source guess throttle, the lookup, and one failure row, on the
+  key's tenant chain when the key is real, else on the platform chain
+  (``details.entry_point`` says which door). The gateway calls it only on a key-cache
+  miss (once per key per ``KEY_CACHE_SECONDS``): nothing here adds a round trip to its
+  hot path.
+* **Sessions**: Django resolves the cookie on each request (console pages, REST's session
+  authentication, Channels' ``AuthMiddlewareStack`` at connect); a long-lived socket
+  re-reads its session through ``session_principal``.
+* **Passwords**: Django's ``authenticate`` with our backends (django-axes' per-(user name,
+  source) lock, ``identity.backends.PasswordBackend``), behind the per-source lock
+  (``tenants.services.failures``) and the ``CACHEPLANE_PASSWORD_LOGIN`` switch.
+* **OpenID Connect**: ``identity.services.oidc`` (Authlib) verifies the provider's answer
+  and applies our rules (issuer, just-in-time provisioning, group mapping, disabled
+  people). Imported inside the functions: ``identity`` is built on ``tenants``, not the
+  other way round.
 """
 
 from __future__ import annotations
@@ -28,6 +58,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from django.conf import settings
 
@@ -35,7 +66,15 @@ from tenants.errors import ApiKeyRejected
 from tenants.services.keys import AuthenticatedKey
 
 if TYPE_CHECKING:
-    from django.http import HttpRequest
+    from django.http import HttpRequest, HttpResponseBase
+
+    from tenants.models import Principal
+
+# The audit actions of the outcomes (see the module docstring for who writes each).
+API_KEY_AUTHENTICATE = "tenants.api_key.authenticate"
+SESSION_LOGIN = "tenants.session.login"
+SESSION_LOCKOUT = "tenants.session.lockout"
+OIDC_LOGIN = "identity.oidc.login"
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -136,7 +175,7 @@ def api_key_authenticate_at(
 def api_key_failure_record(
     *, rejected: ApiKeyRejected, token: str, source: RequestSource, entry_point: str
 ) -> None:
-    """``tenants.api_key.authenticate`` (failed): the key's tenant chain when it is a real
+    """``API_KEY_AUTHENTICATE`` (failed): the key's tenant chain when it is a real
     key, else the platform chain. Only the non-secret display prefix of what was presented
     is kept, never the key."""
     from audit.models import Outcome
@@ -153,7 +192,7 @@ def api_key_failure_record(
             source_ip=source.ip,
             user_agent=source.user_agent,
         ),
-        action="tenants.api_key.authenticate",
+        action=API_KEY_AUTHENTICATE,
         tenant=tenant,
         outcome=Outcome.FAILED,
         target_type="api_key",
@@ -164,3 +203,115 @@ def api_key_failure_record(
             "entry_point": entry_point,
         },
     )
+
+
+# --- sessions -------------------------------------------------------------------------
+
+
+def session_principal(*, user_id: UUID | str, session_key: str | None) -> Principal | None:
+    """The active principal a stored session names now, re-read from the session store and
+    the database; None once the session is gone (logout, sign out everywhere), names
+    another user, or no longer matches the principal's password hash, or the principal is
+    disabled. ``session_key`` None (a scope built without a session: tests, a trusted
+    in-process caller) checks the principal only."""
+    from importlib import import_module
+
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+
+    from tenants.models import Principal
+
+    fresh = Principal.objects.filter(pk=user_id, is_active=True).first()
+    if fresh is None or session_key is None:
+        return fresh
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    data = store.load()  # from the session backend, not a copy read earlier
+    if str(data.get(SESSION_KEY)) != str(user_id) or BACKEND_SESSION_KEY not in data:
+        return None
+    stored_hash = data.get(HASH_SESSION_KEY)
+    if stored_hash is not None and stored_hash != fresh.get_session_auth_hash():
+        return None
+    return fresh
+
+
+# --- passwords ------------------------------------------------------------------------
+
+
+def password_login_refused(*, request: HttpRequest) -> str | None:
+    """Why a password sign-in from ``request`` is refused before any password is checked:
+    ``password_login_off`` (``CACHEPLANE_PASSWORD_LOGIN`` is false), ``source_locked``
+    (too many failures from this source, any user names), or None. Writes nothing: the
+    lock's row was written when it engaged."""
+    from tenants.services.failures import login_source_lockout_seconds
+
+    if not settings.CACHEPLANE_PASSWORD_LOGIN:
+        return "password_login_off"
+    if login_source_lockout_seconds(source_ip=http_source(request).ip):
+        return "source_locked"
+    return None
+
+
+def password_authenticate(
+    *, request: HttpRequest | None, username: str, password: str
+) -> Principal | None:
+    """The principal whose user name and password these are, or None.
+
+    Django's ``authenticate`` runs the backends: django-axes' lock per (user name, source)
+    (raises PermissionDenied while locked; its middleware answers 429), then
+    ``identity.backends.PasswordBackend``. A failure sends ``user_login_failed``, whose
+    receiver (``tenants.signals``) counts it toward the source lock and writes the
+    coalesced ``SESSION_LOGIN`` (failed) row. ``request`` None (an in-process caller) has
+    no source and is neither throttled nor counted (``audit.http.LoginThrottleBackend``).
+    """
+    from django.contrib.auth import authenticate
+
+    from tenants.models import Principal
+
+    user = authenticate(request, username=username, password=password)
+    return user if isinstance(user, Principal) else None
+
+
+# --- OpenID Connect ---------------------------------------------------------------------
+
+
+def oidc_login_begin(*, request: HttpRequest, redirect_uri: str) -> HttpResponseBase:
+    """The redirect to the provider's authorization endpoint (Authlib keeps ``state``,
+    ``nonce`` and the PKCE verifier in the session).
+
+    Raises SsoRefused (``idp_unreachable``, ``issuer_mismatch``) after writing its
+    ``OIDC_LOGIN`` (denied) row.
+    """
+    from identity.services.oidc import SsoRefused, oidc_client, sso_refusal_record
+
+    try:
+        client = oidc_client()
+    except SsoRefused as refused:
+        source = http_source(request)
+        sso_refusal_record(refused=refused, source_ip=source.ip, user_agent=source.user_agent)
+        raise
+    response: HttpResponseBase = client.authorize_redirect(request, redirect_uri)
+    return response
+
+
+def oidc_authenticate(*, request: HttpRequest) -> Principal:
+    """The principal the provider's callback ``request`` vouches for: the code exchanged
+    and the ID token verified (Authlib), then admitted by our rules
+    (``identity.services.oidc.sso_login``: provisioning, group mapping). Writes
+    ``OIDC_LOGIN`` (success).
+
+    Raises SsoRefused with its ``reason`` after writing ``OIDC_LOGIN`` (denied).
+    """
+    from identity.services.oidc import (
+        SsoRefused,
+        oidc_callback_claims,
+        sso_login,
+        sso_refusal_record,
+    )
+
+    source = http_source(request)
+    try:
+        claims = oidc_callback_claims(request=request)
+    except SsoRefused as refused:
+        sso_refusal_record(refused=refused, source_ip=source.ip, user_agent=source.user_agent)
+        raise
+    # sso_login audits its own refusals, with the facts it learnt from the claims.
+    return sso_login(claims=claims, source_ip=source.ip, user_agent=source.user_agent).principal

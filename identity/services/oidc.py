@@ -8,6 +8,10 @@ discovered issuer must equal the configured one, the ``(issuer, sub)`` pair name
 principal (provisioned just in time at its first login), a disabled principal stays out,
 the group mapping is reconciled at every login, and every outcome is audited
 (``identity.oidc.login``: succeeded, or denied with a ``reason``).
+
+Entry points do not call this module: they call ``tenants.authentication``
+(``oidc_login_begin``, ``oidc_authenticate``), the one module that resolves every kind of
+credential and names its outcomes.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from controlplane.errors import DomainError
 from identity.models import ExternalIdentity
 from identity.services.mappings import Reconciled, bindings_reconcile, principal_groups
 from tenants.actor import Actor, AuthMethod
+from tenants.authentication import OIDC_LOGIN
 from tenants.models import Principal, PrincipalKind
 from tenants.services.authorization import principal_permissions_forget
 
@@ -149,7 +154,7 @@ def sso_refusal_record(
             source_ip=source_ip,
             user_agent=user_agent[:300],
         ),
-        action="identity.oidc.login",
+        action=OIDC_LOGIN,
         tenant=None,
         target_type="principal" if principal is not None else "oidc_subject",
         target_id=str(principal.pk) if principal is not None else subject[:200],
@@ -264,7 +269,7 @@ def sso_login(*, claims: dict[str, Any], source_ip: str | None, user_agent: str)
                 source_ip=source_ip,
                 user_agent=user_agent[:300],
             ),
-            action="identity.oidc.login",
+            action=OIDC_LOGIN,
             tenant=None,
             target_type="principal",
             target_id=str(principal.pk),

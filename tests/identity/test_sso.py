@@ -226,8 +226,9 @@ def test_an_expired_id_token_is_refused(client, tmp_path, idp_installed, setting
     assert not Principal.objects.filter(username="alice@example.com").exists()
 
 
-def test_an_id_token_issued_to_another_client_is_refused(idp, mapped) -> None:
-    """A real ID token the provider issued to ``other-app`` fails our client's checks."""
+def _other_app_sign_in(idp: Idp, account: str) -> tuple[OAuth2Session, str, str, str]:
+    """``account`` signs in to ``other-app`` (the provider's second client): its client,
+    the redirect back to it, the PKCE verifier and the nonce that flow used."""
     metadata = oidc_client().load_server_metadata()
     other = OAuth2Session(
         client_id=OTHER_CLIENT_ID,
@@ -240,7 +241,44 @@ def test_an_id_token_issued_to_another_client_is_refused(idp, mapped) -> None:
     url, _state = other.create_authorization_url(
         metadata["authorization_endpoint"], nonce=nonce, code_verifier=verifier
     )
-    back = idp.sign_in(url, "alice", until="http://other-app.test/")
+    return other, idp.sign_in(url, account, until="http://other-app.test/"), verifier, nonce
+
+
+def test_a_code_issued_to_another_client_is_refused_at_the_callback(client, idp, mapped) -> None:
+    """Cross-client injection through the real ``/login/sso/callback/``: an attacker who
+    obtained alice's code for ``other-app`` replays it at our callback with a valid
+    ``state`` from our own sign-in. The provider binds a code to its client (and its PKCE
+    challenge), so it refuses to exchange it for us: nobody signs in, nothing is
+    provisioned, and the refusal is audited."""
+    start = client.get("/login/sso/")
+    state = parse_qs(urlsplit(start["Location"]).query)["state"][0]
+    _other, back, _verifier, _nonce = _other_app_sign_in(idp, "alice")
+    code = parse_qs(urlsplit(back).query)["code"][0]
+
+    response = client.get(f"/login/sso/callback/?{urlencode({'code': code, 'state': state})}")
+
+    assert response.status_code == 403 and b"idp_error" in response.content
+    assert _signed_in(client) is None
+    assert not Principal.objects.filter(username="alice@example.com").exists()
+    denial = AuditEvent.objects.get(action="identity.oidc.login")
+    assert denial.outcome == Outcome.DENIED and denial.details["reason"] == "idp_error"
+    assert "invalid_grant" in denial.details["error"]
+
+
+def test_an_id_token_issued_to_another_client_is_refused(idp, mapped) -> None:
+    """A real ID token the provider issued to ``other-app`` fails our client's audience
+    check (Authlib's ``parse_id_token``, the function the callback calls on the token
+    response).
+
+    It is called directly because an honest provider never lets such a token reach our
+    callback: the callback gets its ID token from the provider's token endpoint over a
+    back channel, authenticated with our client secret, and the provider only returns
+    tokens for the client that authenticated (the injection of another client's code is
+    refused, see the test above). Reaching the audience check through the callback would
+    need a tampered token response, that is a fake provider, which these tests do not use.
+    """
+    metadata = oidc_client().load_server_metadata()
+    other, back, verifier, nonce = _other_app_sign_in(idp, "alice")
     token = other.fetch_token(
         metadata["token_endpoint"], authorization_response=back, code_verifier=verifier
     )
