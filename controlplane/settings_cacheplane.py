@@ -162,6 +162,12 @@ CACHEPLANE_ROUTING_INDEX = env_choice(
 # re-decides access (tenants.access) — a logout, revoked key, removed binding or
 # suspension closes it within this many seconds.
 CACHEPLANE_WS_RECHECK_SECONDS = env_float("CACHEPLANE_WS_RECHECK_SECONDS", 2.0, minimum=0.05)
+# The same bound for a gateway stream already running: each gateway process re-reads the
+# keys of its open streams this often (one query) and ends a stream whose key was revoked
+# or expired, whose principal was disabled or whose tenant was suspended.
+CACHEPLANE_GATEWAY_STREAM_RECHECK_SECONDS = env_float(
+    "CACHEPLANE_GATEWAY_STREAM_RECHECK_SECONDS", 2.0, minimum=0.05
+)
 
 # How many random money-path sequences tests/billing/test_ledger_property.py generates: a
 # few in the plain suite, 2,000 in CI's .ci/steps/45-ledger-property.sh.

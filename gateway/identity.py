@@ -7,19 +7,28 @@ The key lookup goes to the database at most once per key per ``KEY_CACHE_SECONDS
 (``tenants.services.keys``); the tenant's salt and the key's ``inference.invoke``
 permission are cached for the same bound, so a revocation, suspension or binding change
 reaches the gateway within 5 seconds, and a steady client costs no database query.
+
+A stream outlives its admission: every ``CACHEPLANE_GATEWAY_STREAM_RECHECK_SECONDS``
+(2 s) one task per event loop re-reads the keys of all running streams in one query,
+skipping the caches
+(``stream_watch``); a revoked or expired key, a disabled principal or a suspended tenant
+ends the stream within that cadence plus one read, inside the 5 s bound.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cachetools import TTLCache
 
 from controlplane.db import db_sync_to_async
 from controlplane.errors import DomainError
+from controlplane.loop_local import LoopLocal
 
 if TYPE_CHECKING:
     from tenants.actor import Actor
@@ -30,6 +39,7 @@ from tenants.services.keys import (
     KEY_CACHE_SECONDS,
     AuthenticatedKey,
     api_key_cached,
+    key_cache,
 )
 from tenants.services.throttling import TooManyFailures
 
@@ -177,3 +187,135 @@ async def identify(authorization: str | None, *, source: RequestSource) -> Ident
 def forget_identities() -> None:
     with _lock:
         _identities.clear()
+
+
+# ---- streams: the revocation bound holds for a stream already running ----------------
+
+logger = logging.getLogger(__name__)
+
+
+def stream_recheck_seconds() -> float:
+    from django.conf import settings
+
+    return float(settings.CACHEPLANE_GATEWAY_STREAM_RECHECK_SECONDS)
+
+
+def identities_refused(key_ids: set[str]) -> dict[str, GatewayError]:
+    """Key id → why it may no longer stream, read fresh from the database (one query).
+
+    Runs in a worker thread. A refused key is also forgotten by this process's caches, so
+    the next request with it is refused at once, not after the cache's 5 s.
+    """
+    from django.utils import timezone
+
+    from tenants.models import ApiKey
+
+    # all_tenants: the keys of every tenant streaming through this process, by id.
+    rows = ApiKey.objects.all_tenants().select_related("principal", "tenant").filter(pk__in=key_ids)
+    found = {str(key.pk): key for key in rows}
+    now = timezone.now()
+    refused: dict[str, GatewayError] = {}
+    for key_id in key_ids:
+        key = found.get(key_id)
+        if key is None or key.revoked_at is not None:
+            refused[key_id] = GatewayError(401, "api_key_revoked", "The API key has been revoked.")
+        elif key.expires_at is not None and key.expires_at <= now:
+            refused[key_id] = GatewayError(401, "api_key_expired", "The API key has expired.")
+        elif not key.principal.is_active:
+            refused[key_id] = GatewayError(
+                401, "principal_disabled", "The key's principal is disabled."
+            )
+        elif not key.tenant.is_active:
+            refused[key_id] = GatewayError(403, "tenant_suspended", "The tenant is suspended.")
+        else:
+            continue
+        if key is not None:
+            key_cache.forget(key.digest)
+        with _lock:
+            _identities.pop(key_id, None)
+    return refused
+
+
+@dataclass(eq=False)
+class StreamWatch:
+    """One running stream's standing: ``refused`` is set when its key may no longer call.
+
+    The relay reads ``refused`` between events (an attribute read per event). While it
+    waits on the upstream (``waiting``), a refusal also interrupts that wait by
+    cancelling the relaying task, as ``asyncio.timeout`` does; ``interrupted`` tells the
+    relay that cancellation was this one (to be absorbed), not the client leaving.
+    """
+
+    key_id: str
+    task: asyncio.Task[object] | None = None
+    refused: GatewayError | None = None
+    waiting: bool = False
+    cancelled: bool = False
+    watching: set[StreamWatch] = field(default_factory=set, repr=False)  # its loop's
+
+    def refuse(self, error: GatewayError) -> None:
+        if self.refused is not None:
+            return
+        self.refused = error
+        if self.waiting and self.task is not None and not self.task.done():
+            self.cancelled = True
+            self.task.cancel()
+
+    def interrupted(self) -> bool:
+        """After a wait: absorb this watch's own cancellation. False when another
+        cancellation (the client leaving, shutdown) is pending: the relay re-raises."""
+        if not self.cancelled or self.task is None:
+            return False
+        self.cancelled = False
+        return self.task.uncancel() == 0
+
+    def end(self) -> None:
+        self.watching.discard(self)
+
+
+@dataclass
+class _Watcher:
+    """This loop's running streams and the one task that re-checks them all."""
+
+    watches: set[StreamWatch] = field(default_factory=set)
+    task: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        while self.watches:
+            await asyncio.sleep(stream_recheck_seconds())
+            watching = list(self.watches)
+            if not watching:
+                break
+            try:
+                refused = await db_sync_to_async(identities_refused)(
+                    {watch.key_id for watch in watching}
+                )
+            except Exception:  # the database is away: streams go on, checked next time
+                logger.exception("stream key re-check failed")
+                continue
+            for watch in watching:
+                error = refused.get(watch.key_id)
+                if error is not None:
+                    watch.refuse(error)
+
+    def finished(self, task: asyncio.Task[None]) -> None:
+        """Drop the ended task: nothing here keeps a closed loop alive (``LoopLocal``)."""
+        if self.task is task:
+            self.task = None
+
+
+_watcher: LoopLocal[_Watcher] = LoopLocal(_Watcher)
+
+
+def stream_watch(identity: Identity) -> StreamWatch:
+    """Watch a stream of ``identity`` from now until ``end()`` (call it in the task that
+    relays the stream). O(1): the re-check runs on its own cadence, for all streams."""
+    watcher = _watcher.get()
+    watch = StreamWatch(
+        key_id=identity.key_id, task=asyncio.current_task(), watching=watcher.watches
+    )
+    watcher.watches.add(watch)
+    if watcher.task is None or watcher.task.done():
+        watcher.task = asyncio.ensure_future(watcher.run())
+        watcher.task.add_done_callback(watcher.finished)
+    return watch

@@ -5,7 +5,7 @@ Every step runs once, here, for every provider; what differs per provider (the u
 request, where it goes, how its answer and usage look) is an adapter
 (``gateway.adapters``). A step that refuses raises ``GatewayError`` (OpenAI's error
 shape, a stable ``code``); everything taken before it (a rate-limit slot, a fair-share
-slot, a budget hold) is given back by ``_Books.close``, which runs exactly once per
+slot, a budget hold) is given back by ``Books.close``, which runs exactly once per
 request: at the end of the body, at the end (or abort) of a stream, or on the error.
 
 Hot-path cost: no database query in steady state (identity, budgets' periods, rate
@@ -20,25 +20,23 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from billing.pricing import UsageCounts
 from billing.services.budget_reservations import hold_new_id
 from controlplane.db import db_sync_to_async
 from controlplane.request_context import sanitize_request_id
-from gateway import budget, closing, fairshare, limits, pricing, ratelimit
+from gateway import budget, fairshare, limits, pricing, ratelimit
 from gateway.adapters.base import Adapter, Call, Target, Upstream
+from gateway.adapters.hosted import sse
 from gateway.adapters.registry import adapter_for
+from gateway.books import Books
 from gateway.cache_reference import resolve_cache
 from gateway.errors import GatewayError
 from gateway.event_stream import EventStreamResponse
-from gateway.identity import Identity, identify, identity_refused
-from gateway.metering import Meter
+from gateway.identity import Identity, identify, identity_refused, stream_watch
 from gateway.requests import read_body, validate_body
 from tenants.authentication import scope_source
 
@@ -52,7 +50,7 @@ async def handle(request: Request, kind: str) -> Response:
     # The caller's id is for tracing only: the ledger key (= hold id) is the gateway's own.
     request_id = sanitize_request_id(request.headers.get("x-request-id"))
     ledger_key = hold_new_id()
-    books = _Books()
+    books = Books()
     try:
         # 1-2. authenticate and authorize (inference.invoke), then parse and check.
         identity = await identify(
@@ -138,7 +136,7 @@ async def handle(request: Request, kind: str) -> Response:
     )
 
 
-async def _price_and_admit(books: _Books, call: Call, provider: str, pool: str) -> None:
+async def _price_and_admit(books: Books, call: Call, provider: str, pool: str) -> None:
     """Price the call's upper bound for ``pool`` and take its rate limits and budget hold
     (429 or 402 with nothing taken)."""
     books.rates = await pricing.rates(provider, call.model, pool)
@@ -147,6 +145,7 @@ async def _price_and_admit(books: _Books, call: Call, provider: str, pool: str) 
             books.rates,
             prompt_tokens=call.prompt_tokens_bound,
             max_output_tokens=call.max_output_tokens,
+            audio_output=pricing.output_may_be_audio(call.body),
         )
         if books.rates is not None
         else None
@@ -183,13 +182,36 @@ async def _route_while_admitting(routing: Awaitable[Target], admitting: Awaitabl
     return routed
 
 
-async def _relay(answer: Upstream, books: _Books) -> AsyncIterator[bytes]:
-    """The adapter's events to the client; the books close whatever way the stream ends."""
+async def _relay(answer: Upstream, books: Books) -> AsyncIterator[bytes]:
+    """The adapter's events to the client; the books close whatever way the stream ends.
+
+    A key revoked (a principal disabled, a tenant suspended) while it streams ends the
+    stream with an error event within the re-check's cadence (``stream_watch``), even
+    while the upstream is silent; what was streamed is booked as for a client leaving.
+    """
+    assert answer.events is not None and books.call is not None, "an opened stream"
+    watch = stream_watch(books.call.identity)
     try:
-        assert answer.events is not None, "only a streamed answer is relayed"
-        async for event in answer.events:
-            yield event
+        events = aiter(answer.events)
+        while watch.refused is None:
+            watch.waiting = True
+            try:
+                event = await anext(events)
+            except StopAsyncIteration:
+                return
+            except asyncio.CancelledError:
+                if not watch.interrupted():
+                    raise  # the client left (or shutdown): not this watch's doing
+                break
+            finally:
+                watch.waiting = False
+            if watch.refused is None:
+                yield event
+        watch.interrupted()  # a cancellation the upstream swallowed
+        if watch.refused is not None:
+            yield _error_event(watch.refused, books.call.kind)
     finally:
+        watch.end()
         # A client that went away cancels this generator, and Starlette's cancel scope
         # cancels every await here too: the closing runs as its own task, shielded, so
         # the stream is booked from what was streamed even then.
@@ -202,7 +224,22 @@ async def _relay(answer: Upstream, books: _Books) -> AsyncIterator[bytes]:
 _closing: set[asyncio.Future[None]] = set()
 
 
-async def _close_stream(answer: Upstream, books: _Books) -> None:
+def _error_event(error: GatewayError, kind: str) -> bytes:
+    """The last event of a stream ended by the gateway, in the endpoint's error shape."""
+    if kind == "messages":
+        shaped = {
+            "type": "error",
+            "error": {
+                "type": "permission_error" if error.status == 403 else "authentication_error",
+                "message": error.message,
+                "code": error.code,
+            },
+        }
+        return sse(shaped, "error")
+    return sse(error.body())
+
+
+async def _close_stream(answer: Upstream, books: Books) -> None:
     try:
         if answer.close is not None:
             await answer.close()
@@ -252,120 +289,6 @@ def _queue_timeout() -> float:
     from django.conf import settings
 
     return settings.CACHEPLANE_GATEWAY_QUEUE_TIMEOUT_SECONDS
-
-
-@dataclass
-class _Books:
-    """What a request has taken so far, and closing it exactly once."""
-
-    call: Call | None = None
-    provider: str = ""
-    admission: ratelimit.Admission | None = None
-    target: Target | None = None
-    queue: fairshare.FairQueue | None = None
-    slot: bool = False
-    rates: pricing.Rates | None = None
-    hold: budget.Hold | None = None
-    sent: bool = False
-    closed: bool = False
-
-    def open(self, call: Call, provider: str) -> None:
-        self.call, self.provider = call, provider
-
-    async def give_back(self) -> None:
-        """Return the rate-limit slot and the hold taken so far (nothing was sent)."""
-        await limits.close(self.admission, self.hold, actual_tokens=0, actual_micros=0)
-        self.admission, self.hold, self.rates = None, None, None
-
-    def rate_headers(self) -> dict[str, str]:
-        return self.admission.headers if self.admission is not None else {}
-
-    async def close(self, *, status: str, estimate: bool = False) -> None:
-        """Give back the fair-share slot and the rate-limit slot, settle the hold with
-        the request's cost, record usage. Never raises (the answer is already decided).
-        ``estimate``: no usage came back (a timeout); the reservation is booked, flagged."""
-        if self.closed:
-            return
-        self.closed = True
-        if self.slot and self.queue is not None:
-            self.queue.release()
-        call = self.call
-        if call is None:
-            return
-        usage = call.usage
-        counts = UsageCounts(
-            prompt_tokens=usage.prompt_tokens,
-            cached_read_tokens=min(usage.cached_tokens, usage.prompt_tokens),
-            cache_write_5m_tokens=usage.cache_write_5m_tokens,
-            cache_write_1h_tokens=usage.cache_write_1h_tokens,
-            # Audio output is its own count (priced at the audio output rate), on top.
-            output_tokens=usage.output_tokens - usage.audio_output_tokens,
-            audio_prompt_tokens=usage.audio_prompt_tokens,
-            audio_cached_read_tokens=usage.audio_cached_tokens,
-            audio_output_tokens=usage.audio_output_tokens,
-        )
-        used = usage.prompt_tokens + usage.output_tokens  # audio output included
-        # Priced at the close, as the ledger's row is (a time-of-day discount applies).
-        cost = pricing.cost_micros(self.rates, counts, at=datetime.now(tz=UTC))
-        estimate_nanos = None
-        if estimate and self.sent:
-            estimate_micros = self._reserved_micros(call)
-            if estimate_micros is not None:
-                cost, estimate_nanos = estimate_micros, estimate_micros * 1000
-        part = limits.close_part(
-            self.admission,
-            self.hold,
-            actual_tokens=used if self.sent else 0,
-            actual_micros=cost,
-        )
-        if not self.sent:  # refused by a step (429, 402, 503) before sending
-            await closing.close(part, None)
-            return
-        target = self.target
-        extra = call.extra
-        meter = Meter(
-            request_id=call.ledger_key or call.request_id,
-            client_request_id=call.request_id,
-            started_at=call.started_at or None,
-            estimate_nanos=estimate_nanos,
-            tenant_id=call.identity.tenant_id,
-            tenant_slug=call.identity.tenant_slug,
-            key_id=call.identity.key_id,
-            principal_id=call.identity.principal_id,
-            provider=self.provider,
-            model=call.model,
-            stream=call.stream,
-            started=call.started,
-            worker=target.worker if target else "",
-            pool=target.pool if target else "",
-            cache_id=call.cache.id if call.cache else None,
-            predicted_hit=bool(extra.get("predicted_hit")),
-            prompt_tokens=counts.prompt_tokens,
-            cached_tokens=counts.cached_read_tokens,
-            cache_write_5m_tokens=counts.cache_write_5m_tokens,
-            cache_write_1h_tokens=counts.cache_write_1h_tokens,
-            output_tokens=counts.output_tokens,
-            audio_prompt_tokens=counts.audio_prompt_tokens,
-            audio_cached_tokens=counts.audio_cached_read_tokens,
-            audio_output_tokens=counts.audio_output_tokens,
-            ttft_ms=call.ttft_ms,
-            latency_ms=int((time.perf_counter() - call.started) * 1000),
-            status=status,
-            available_tokens=int(extra.get("available_tokens", 0)),
-            routed_tokens=int(extra.get("routed_tokens", 0)),
-            cost_micros=cost if self.rates is not None else None,
-            extra={"autopilot": extra["autopilot"]} if extra.get("autopilot") else {},
-        )
-        await closing.close(part, meter)
-
-    def _reserved_micros(self, call: Call) -> int | None:
-        """Its hold, else its priced upper bound (None: no price, nothing to estimate)."""
-        if self.hold is not None and self.hold.amount_micros:
-            return self.hold.amount_micros
-        if self.rates is None:
-            return None
-        bound, most = call.prompt_tokens_bound, call.max_output_tokens
-        return pricing.upper_bound_micros(self.rates, prompt_tokens=bound, max_output_tokens=most)
 
 
 __all__ = ["Adapter", "handle"]

@@ -15,6 +15,7 @@ import enum
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ from cachetools import TTLCache
 
 from billing.pricing import Cost, UsageCounts, gpu_cost, token_cost
 from controlplane.db import db_sync_to_async
+from controlplane.loop_local import LoopLocal
 from controlplane.redis import keys
 
 logger = logging.getLogger(__name__)
@@ -72,22 +74,22 @@ def rates_cached(provider: str, model: str, pool: str) -> Rates | None:
     return value
 
 
-# Event loop id → (loop, its listener task); a test server's new loop gets its own.
-_listeners: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Task[None]]] = {}
+# Each loop's running listener (a set, empty once the task ends): the task is discarded
+# when it finishes, so nothing here keeps a closed loop alive.
+_listeners: LoopLocal[set[asyncio.Task[None]]] = LoopLocal(set)
 
 
 def _listen_for_changes() -> None:
     """Start (once per event loop) the task that empties the cache on a price change."""
     try:
-        loop = asyncio.get_running_loop()
+        running = _listeners.get()
     except RuntimeError:  # no running loop: the TTL bounds staleness
         return
-    entry = _listeners.get(id(loop))
-    if entry is not None and entry[0] is loop and not entry[1].done():
+    if running:
         return
-    if len(_listeners) > 16:  # loops of finished test servers (their tasks died with them)
-        _listeners.clear()
-    _listeners[id(loop)] = (loop, loop.create_task(_listen()))
+    task = asyncio.get_running_loop().create_task(_listen())
+    running.add(task)
+    task.add_done_callback(running.discard)
 
 
 async def _listen() -> None:
@@ -125,10 +127,26 @@ def forget() -> None:
         _rates.clear()
 
 
-def upper_bound_micros(found: Rates, *, prompt_tokens: int, max_output_tokens: int) -> int:
+def output_may_be_audio(body: dict[str, Any]) -> bool:
+    """Whether the request asks for spoken output (``modalities: ["text", "audio"]`` or
+    ``audio: {...}``): its output may be billed at the audio output rate, far above the
+    text rate (gpt-4o-audio-preview: $80 vs $10 per 1M tokens)."""
+    modalities = body.get("modalities") or ()
+    if isinstance(modalities, list | tuple) and any(
+        isinstance(modality, str) and modality.lower() == "audio" for modality in modalities
+    ):
+        return True
+    return body.get("audio") is not None
+
+
+def upper_bound_micros(
+    found: Rates, *, prompt_tokens: int, max_output_tokens: int, audio_output: bool = False
+) -> int:
     """The most this request can cost: every prompt token at the dearest input-side rate
     (plain, or written to a cache) of the tier its size selects, plus every output token
-    it may generate. ``prompt_tokens`` must itself be an upper bound (cache included)."""
+    it may generate at the dearest output rate it may be billed at (audio, when
+    ``audio_output``: the request asks for spoken output). ``prompt_tokens`` must itself
+    be an upper bound (cache included)."""
     cost_fn, rates_ = found
     if cost_fn is gpu_cost:
         return gpu_cost(
@@ -152,7 +170,14 @@ def upper_bound_micros(found: Rates, *, prompt_tokens: int, max_output_tokens: i
             output_tokens=max_output_tokens,
         ),
     )
-    return max(token_cost(shape, rates_).micros for shape in shapes)
+    cost, dearest = max(
+        ((token_cost(shape, rates_), shape) for shape in shapes), key=lambda pair: pair[0].nanos
+    )
+    if not audio_output:
+        return cost.micros
+    # The same token totals (so the same tier): only the output line's rate differs.
+    spoken = replace(dearest, output_tokens=0, audio_output_tokens=max_output_tokens)
+    return max(cost.micros, token_cost(spoken, rates_).micros)
 
 
 def cost_micros(found: Rates | None, counts: UsageCounts, at: datetime | None = None) -> int:

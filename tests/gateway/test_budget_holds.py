@@ -191,6 +191,7 @@ def test_a_settled_hold_stays_pending_until_the_ledger_books_the_request_once(
     from billing.services import budget_reservations as holds
     from billing.services.usage import usage_flush, usage_record
     from controlplane import ops
+    from controlplane.redis import keys
     from controlplane.redis.budget import budget_settle
 
     acme = tenant_keys["gw-acme"]
@@ -210,10 +211,10 @@ def test_a_settled_hold_stays_pending_until_the_ledger_books_the_request_once(
     assert budget_settle(ops.redis_client(), call) is False  # a second settle: no-op
     live = holds.budget_period_live(period_id=periods[0].id)
     assert (live["spent_nanos"], live["reserved"]) == (0, 420)  # pending, not yet spent
-    message = ops.redis_client().lindex(holds.settle_queue_key(), 0)
+    message = ops.redis_client().lindex(keys.budget_settle_queue(), 0)
     first = holds.budget_settlements_flush()
     assert (first.inserted, first.charged_micros) == (1, 420)
-    ops.redis_client().rpush(holds.settle_queue_key(), message)  # a crash replays it
+    ops.redis_client().rpush(keys.budget_settle_queue(), message)  # a crash replays it
     again = holds.budget_settlements_flush()
     assert (again.settlements, again.inserted) == (1, 0)
     assert BudgetPeriod.objects.all_tenants().get(budget=budget).spent_nanos == 0

@@ -240,6 +240,9 @@ def test_a_workers_own_400_is_reshaped_as_upstream_rejected_with_its_param(
     assert "temperature must be non-negative" in raised.value.body["message"]
 
 
+_USER_X = '[{"role": "user", "content": "x"}]'
+
+
 @pytest.mark.parametrize(
     "raw",
     [
@@ -247,6 +250,11 @@ def test_a_workers_own_400_is_reshaped_as_upstream_rejected_with_its_param(
         '{"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": NaN}',
         '{"model": "m", "messages": [{"role": "user", "content": "a\\u0000b"}]}',
         '{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}',
+        # Duplicate keys: which one wins differs between parsers (a smuggling vector);
+        # refused at the top level and nested (docs/security/access-control.md).
+        f'{{"model": "{MODEL}", "model": "{MODEL}", "messages": {_USER_X}}}',
+        f'{{"model": "{MODEL}", "messages": [{{"role": "user", "content": "x", "content": "y"}}]}}',
+        f'{{"model": "{MODEL}", "messages": {_USER_X}, "max_tokens": 1, "max_tokens": 100000}}',
     ],
 )
 def test_hostile_json_is_a_400_never_a_500(live_server_url, ref_workers, tenant_keys, raw):
