@@ -261,13 +261,19 @@ def audit_page(request: TenantPageRequest) -> HttpResponse:
 @tenant_page("usage.get")
 def breakeven_page(request: TenantPageRequest) -> HttpResponse:
     """The calculator opens on a priced model (an unpriced one would only show an error)."""
+    from django.utils import timezone
+
+    from billing.services.breakeven import autopilot_savings
+
     models = selectors.breakeven_models()
+    month = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     return render(
         request,
         "frontend/breakeven.html",
         _context(
             request,
             tenant=request.tenant,
+            autopilot=autopilot_savings(tenant=request.tenant, since=month),
             models=models,
             selected=request.GET.get("model")
             or next((m["key"] for m in models if m["priced"]), ""),

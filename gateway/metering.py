@@ -141,7 +141,7 @@ def _observe(meter: Meter) -> None:
 
 def encode_usage(meters: Sequence[Meter]) -> tuple[list[bytes], list[Meter]]:
     """Observe each request's metrics and encode its usage message (billing's format)."""
-    from billing.services.usage import usage_message
+    from billing.services.usage import AUTOPILOT_MAX_CHARS, usage_message
 
     messages: list[bytes] = []
     recorded: list[Meter] = []
@@ -178,6 +178,9 @@ def encode_usage(meters: Sequence[Meter]) -> tuple[list[bytes], list[Meter]]:
                     worker=meter.worker,
                     pool=meter.pool,
                     stream=meter.stream,
+                    # The cache autopilot's decision (``gateway.adapters``) reaches the
+                    # ledger here, so the request log shows it; a longer one is cut.
+                    autopilot=str(meter.extra.get("autopilot") or "")[:AUTOPILOT_MAX_CHARS],
                 )
             )
         except Exception:

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 
 from cachetools import TTLCache
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import CharField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Cast
 
+from audit.models import AuditEvent
 from audit.services import audit_record
 from audit.snapshot import EMPTY, diff, model_snapshot
 from controlplane.db import db_sync_to_async
@@ -152,7 +154,23 @@ def provider_credentials_reseal_all_tenants(*, actor: Actor) -> int:
 
 
 def provider_credential_list(*, tenant: Tenant) -> QuerySet[ProviderCredential]:
-    return ProviderCredential.objects.filter(tenant=tenant).order_by("provider")
+    """The tenant's provider keys by provider, each annotated ``rotated_at``.
+
+    ``rotated_at`` is when the current key replaced an earlier one (None: never
+    rotated), read from the audit log's ``.rotate`` events: ``updated_at`` also moves
+    when the autopilot is switched or the row resealed, which is no rotation.
+    """
+    rotations = AuditEvent.objects.filter(
+        tenant_id=OuterRef("tenant_id"),
+        target_type="provider_credential",
+        target_id=Cast(OuterRef("pk"), output_field=CharField()),
+        action="gateway.provider_credential.rotate",
+    ).order_by("-occurred_at")
+    return (
+        ProviderCredential.objects.filter(tenant=tenant)
+        .annotate(rotated_at=Subquery(rotations.values("occurred_at")[:1]))
+        .order_by("provider")
+    )
 
 
 def provider_credential_get(*, tenant: Tenant, provider: str) -> ProviderCredential | None:

@@ -26,6 +26,8 @@ TENANT_PERMISSIONS: dict[str, str] = {
     "keys.create": "Create API keys",
     "keys.revoke": "Revoke API keys",
     "salt.rotate": "Rotate the tenant's cache salt (invalidates its vLLM prefix caches)",
+    "provider_credentials.get": "List the tenant's hosted-provider keys (fingerprints only)",
+    "provider_credentials.set": "Set, rotate and delete provider keys; switch the cache autopilot",
 }
 
 PLATFORM_PERMISSIONS: dict[str, str] = {
@@ -56,7 +58,15 @@ def _role(name: str, title: str, scope: str, permissions: set[str]) -> RoleDefin
     return RoleDefinition(name, title, scope, frozenset(permissions))
 
 
-_READ = {"caches.get", "caches.list", "usage.get", "budgets.get", "iam.get"}
+_READ = {
+    "caches.get",
+    "caches.list",
+    "usage.get",
+    "budgets.get",
+    "iam.get",
+    # Provider, fingerprint, times and the autopilot switch: never the key itself.
+    "provider_credentials.get",
+}
 
 PREDEFINED_ROLES: tuple[RoleDefinition, ...] = (
     _role("tenant.viewer", "Tenant viewer", "tenant", _READ),

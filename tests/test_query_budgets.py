@@ -34,6 +34,7 @@ API_BUDGETS: dict[str, int] = {
     T + "budgets": 6,
     T + "budget-alerts": 5,
     T + "rate-limits": 5,
+    T + "provider-credentials": 5,
     "/api/v1/platform/tenants": 4,
     "/api/v1/platform/principals": 4,
     "/api/v1/platform/group-mappings": 4,
@@ -104,6 +105,12 @@ def _grow(api, *, tenant, admin, platform_admin, i: int) -> None:
     _ok(api.post(a + "roles", role, format="json"))
     limit = {"api_key": key["id"], "requests_per_minute": 5 + i}
     _ok(api.post(a + "rate-limits", limit, format="json"))
+    provider = ("anthropic", "openai", "deepseek")[i % 3]  # rows 1, 2, 3, 3 (a rotation), 3
+    _ok(
+        api.put(
+            a + f"provider-credentials/{provider}", {"api_key": f"sk-grow-{i:04d}"}, format="json"
+        )
+    )
     budget = {
         "name": f"b{i}",
         "period": "month",

@@ -34,7 +34,8 @@ class UsageRecord(models.Model):
     kept in ``client_request_id``). Rows without a price at their
     time keep ``cost_nanos = 0`` and no price reference until a reprice finds one (the
     API counts them as ``unpriced``). ``kind`` tells requests from cache creations (the
-    write of an explicit cache's tokens, which costs money and saves none).
+    write of an explicit cache's tokens, which costs money and saves none). ``autopilot``
+    is what the cache-breakpoint autopilot did for the request (``gateway.adapters.autopilot``).
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -53,6 +54,14 @@ class UsageRecord(models.Model):
         default=False,
         db_default=False,
         help_text="Cost is the reservation, booked as an estimate (no usage reported yet).",
+    )
+    autopilot = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The cache autopilot's decision (e.g. 'system:1h,end:5m', "
+        "'prompt_cache_key:cp-<family>', 'client', 'none:no_reuse'); blank: it did not run.",
     )
     occurred_at = models.DateTimeField(help_text="When the request started (prices apply here).")
     provider = models.CharField(max_length=16, choices=Provider.choices)

@@ -30,17 +30,27 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.db.models import Count, Q, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from billing.errors import InvalidUsage, PriceNotFound, TtlNotOffered
-from billing.models import Provider
-from billing.pricing import MICROS_PER_USD, PROVIDER_TTL_CHOICES, round_micros, ttl_offered
+from billing.models import Provider, UsageKind
+from billing.pricing import (
+    MICROS_PER_USD,
+    PROVIDER_TTL_CHOICES,
+    nanos_to_micros,
+    round_micros,
+    ttl_offered,
+)
 from billing.selectors.prices import (
     model_price_resolve,
     pool_price_resolve,
     pool_rates,
     token_rates,
 )
+from billing.selectors.usage import usage_list
+from tenants.models import Tenant
 
 FIVE_MINUTES = timedelta(minutes=5)
 RATE_PLACES = Decimal("0.0001")
@@ -216,4 +226,57 @@ def blended_cost(
         period_cost_micros=round_micros(tokens * days * blended),
         period_cost_without_cache_micros=round_micros(tokens * days * rates.input),
         days=days,
+    )
+
+
+@dataclass(frozen=True)
+class AutopilotSavings:
+    """What the cache-breakpoint autopilot's own breakpoints earned over a period."""
+
+    requests: int  # requests whose breakpoints the autopilot placed
+    cached_read_tokens: int
+    cost_micros: int
+    cost_without_cache_micros: int
+    saving_micros: int  # without cache minus with: read savings net of write premiums
+
+    @property
+    def saving_usd(self) -> Decimal:
+        return Decimal(self.saving_micros) / MICROS_PER_USD
+
+    @property
+    def cost_usd(self) -> Decimal:
+        return Decimal(self.cost_micros) / MICROS_PER_USD
+
+    @property
+    def cost_without_cache_usd(self) -> Decimal:
+        return Decimal(self.cost_without_cache_micros) / MICROS_PER_USD
+
+
+def autopilot_savings(
+    *, tenant: Tenant, since: datetime, until: datetime | None = None
+) -> AutopilotSavings:
+    """The ledger's figures for ``tenant``'s requests whose cache breakpoints the
+    autopilot placed (``UsageRecord.autopilot`` such as ``system:1h,end:5m``; not the
+    client's own, none placed, or a ``prompt_cache_key``), in ``[since, until)``. One
+    query; the saving is exact (the ledger's costs with and without the cache)."""
+    placed = (
+        usage_list(tenant=tenant, since=since, until=until)
+        .filter(kind=UsageKind.REQUEST)
+        .exclude(Q(autopilot="") | Q(autopilot="client"))
+        .exclude(autopilot__startswith="none:")
+        .exclude(autopilot__startswith="prompt_cache_key:")
+    )
+    row = placed.aggregate(
+        requests=Count("id"),
+        cached=Coalesce(Sum("cached_read_tokens"), 0),
+        cost=Coalesce(Sum("cost_nanos"), 0),
+        without=Coalesce(Sum("cost_without_cache_nanos"), 0),
+    )
+    cost, without = nanos_to_micros(int(row["cost"])), nanos_to_micros(int(row["without"]))
+    return AutopilotSavings(
+        requests=int(row["requests"]),
+        cached_read_tokens=int(row["cached"]),
+        cost_micros=cost,
+        cost_without_cache_micros=without,
+        saving_micros=without - cost,
     )

@@ -1,5 +1,6 @@
 """The request log's read model: a tenant's recent gateway requests from the usage ledger
-(counts, cost, latency, status and where each was routed; never prompt content),
+(counts, cost, latency, status, where each was routed and what the cache autopilot did;
+never prompt content),
 filtered by key, model, status and time range, keyset-paged on ``(occurred_at, id)``.
 
 The ledger is read through ``billing.selectors.usage_list`` (tenant-scoped); the key
@@ -64,6 +65,21 @@ def _routing(row: Any) -> str:
     return ", ".join(parts)
 
 
+def _autopilot(decision: str) -> str:
+    """The cache autopilot's decision (``UsageRecord.autopilot``) in words ("": it did
+    not run for this request)."""
+    if not decision:
+        return ""
+    if decision == "client":
+        return "client's own breakpoints kept"
+    reason = decision.removeprefix("none:")
+    if reason != decision:
+        return "no breakpoints (" + reason.replace("_", " ") + ")"
+    if decision.startswith("prompt_cache_key:"):
+        return "prompt_cache_key " + decision.removeprefix("prompt_cache_key:")
+    return "breakpoints " + ", ".join(part.replace(":", " ") for part in decision.split(","))
+
+
 def request_log_page(
     *, tenant: Tenant, filters: RequestLogFilters, cursor: str = "", size: int = PAGE_SIZE
 ) -> RequestLogPage:
@@ -101,6 +117,7 @@ def request_log_page(
             "key_name": names.get(r.api_key_id, "") if r.api_key_id else "",
             "cost_usd": r.cost_nanos / NANOS_PER_USD,
             "routing": _routing(r),
+            "autopilot": _autopilot(r.autopilot),
         }
         for r in records
     ]

@@ -1,4 +1,4 @@
-"""Gateway routes: tenant rate limits."""
+"""Gateway routes: tenant rate limits and provider credentials."""
 
 from __future__ import annotations
 
@@ -20,5 +20,22 @@ urlpatterns = [
             {"get": "retrieve", "patch": "partial_update", "delete": "destroy"}
         ),
         name="tenant-rate-limit-detail",
+    ),
+    path(
+        f"{T}/provider-credentials",
+        views.ProviderCredentialViewSet.as_view({"get": "list"}),
+        name="tenant-provider-credential-list",
+    ),
+    path(
+        f"{T}/provider-credentials/<str:provider>",
+        views.ProviderCredentialViewSet.as_view(
+            {
+                "get": "retrieve",
+                "put": "update",
+                "patch": "partial_update",
+                "delete": "destroy",
+            }
+        ),
+        name="tenant-provider-credential-detail",
     ),
 ]

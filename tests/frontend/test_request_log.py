@@ -112,3 +112,28 @@ def test_a_custom_chart_range_picks_its_buckets_and_a_bad_one_is_a_clear_400(
         response = client.get(url, bad)
         assert response.status_code == 400, bad
         assert response.json()["error"]["code"] == "invalid_range", response.json()
+
+
+def test_the_request_log_shows_what_the_cache_autopilot_did(admin_a, tenant_a, redis_flush):
+    from billing.models import UsageRecord
+
+    common = {"provider": "anthropic", "model": "claude-sonnet-4-5", "worker": "", "pool": ""}
+    _book(tenant_a, 1, request_id="placed", autopilot="system:1h,end:5m", **common)
+    _book(tenant_a, 1, request_id="keyed", autopilot="prompt_cache_key:cp-abc123", **common)
+    _book(tenant_a, 1, request_id="client", autopilot="client", **common)
+    _book(tenant_a, 1, request_id="fresh", autopilot="none:no_reuse", **common)
+    _book(tenant_a, 1, request_id="off", **common)
+    stored = dict(
+        UsageRecord.objects.filter(tenant=tenant_a).values_list("request_id", "autopilot")
+    )
+    assert stored["placed"] == "system:1h,end:5m" and stored["off"] == ""
+    html = _login(admin_a).get(f"/t/{tenant_a.slug}/requests/").content.decode()
+
+    def row(request_id: str) -> str:
+        return html.split(f'data-request="{request_id}"')[1].split("</tr>")[0]
+
+    assert "autopilot: breakpoints system 1h, end 5m" in row("placed")
+    assert "autopilot: prompt_cache_key cp-abc123" in row("keyed")
+    assert "autopilot: client&#x27;s own breakpoints kept" in row("client")
+    assert "autopilot: no breakpoints (no reuse)" in row("fresh")
+    assert "autopilot" not in row("off")

@@ -42,6 +42,8 @@ def test_the_second_turn_reads_what_the_autopilot_wrote_on_the_first(live_server
     row2 = booked(second)
     assert (row2.cached_read_tokens, row2.cache_write_5m_tokens) == (1210, 15)
     assert row2.cost_nanos == 479_250
+    # The decision reaches the ledger (the request log shows it), not only the header.
+    assert (row1.autopilot, row2.autopilot) == (decided1, decided2)
     sent = hosted["anthropic"].received[-1]["body"]
     assert sent["system"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "5m"}
 
@@ -55,6 +57,7 @@ def test_switched_off_for_the_tenant_nothing_is_placed_and_nothing_is_read(live_
     (_, decided1), (second, decided2) = _turns(client, system=D(1200), turns=2)
     assert decided1 is None and decided2 is None
     assert booked(second).cached_read_tokens == 0
+    assert booked(second).autopilot == ""
     assert all("cache_control" not in str(r["body"]) for r in hosted["anthropic"].received)
 
 

@@ -3,12 +3,14 @@ logged, audited on set and rotate; the gateway sends the tenant's own key."""
 
 from __future__ import annotations
 
+import logging
+
 import anthropic
 import pytest
 from cryptography.fernet import Fernet
 
 from tests.providers.conftest import ANTHROPIC_KEY
-from tests.providers.support import D, anthropic_client
+from tests.providers.support import D, anthropic_client, openai_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -95,3 +97,31 @@ def test_a_bad_key_is_refused_before_anything_is_written(hosted):
                 tenant=hosted["tenant"], actor=hosted["actor"], provider=provider, secret=secret
             )
     assert list(ProviderCredential.objects.filter(tenant=hosted["tenant"]).values()) == before
+
+
+def test_no_key_reaches_a_log_on_rotation_through_the_api_or_on_a_request(
+    live_server_url, hosted, api, caplog
+):
+    from tests.providers.conftest import OPENAI_KEY
+
+    caplog.set_level(logging.DEBUG)
+    rotated = "sk-ant-rotated-through-api"
+    hosted["anthropic"].api_keys.add(rotated)
+    api.force_login(hosted["admin"])
+    response = api.put(
+        f"/api/v1/tenants/{hosted['tenant'].slug}/provider-credentials/anthropic",
+        {"api_key": rotated},
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    anthropic_client(live_server_url, hosted["key"]).messages.create(
+        model="claude-sonnet-4-5", max_tokens=10, messages=[{"role": "user", "content": D(2)}]
+    )
+    openai_client(live_server_url, hosted["key"]).chat.completions.create(
+        model="gpt-4o", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+    )
+    assert hosted["anthropic"].received[-1]["x-api-key"] == rotated
+    assert caplog.records  # the capture saw the request's logging at all
+    logged = caplog.text + "".join(str(r.args) + str(r.__dict__) for r in caplog.records)
+    for secret in (rotated, ANTHROPIC_KEY, OPENAI_KEY):
+        assert secret not in logged

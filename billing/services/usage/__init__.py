@@ -15,6 +15,7 @@ from billing.services.usage.flush import (
 )
 from billing.services.usage.pricing_rows import price_row
 from billing.services.usage.queue import (
+    AUTOPILOT_MAX_CHARS,
     EPOCH,
     queue_key,
     usage_message,
@@ -24,6 +25,7 @@ from billing.services.usage.queue import (
 )
 
 __all__ = [
+    "AUTOPILOT_MAX_CHARS",
     "EPOCH",
     "ROLLUP_LOCK",
     "FlushResult",

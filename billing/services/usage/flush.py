@@ -76,7 +76,8 @@ def micros_sql(nanos: str) -> str:
 
 # Rows are COPYed (binary) into a per-session staging table, then moved into the ledger
 # in one statement. Ids travel as text and are cast here (binary COPY would need uuid
-# objects); ON COMMIT DELETE ROWS empties the stage with the transaction.
+# objects); ON COMMIT DELETE ROWS empties the stage with the transaction. The name is
+# versioned: a session's stage of an older column list must not be reused.
 _STAGE_COLUMNS = (
     ("tenant_id", "text"),
     ("request_id", "text"),
@@ -108,14 +109,15 @@ _STAGE_COLUMNS = (
     ("cost_without_cache_nanos", "int8"),
     ("client_request_id", "text"),
     ("estimated", "bool"),
+    ("autopilot", "text"),
 )
 _STAGE_DDL = (
-    "CREATE TEMP TABLE IF NOT EXISTS billing_usage_stage_v3 ("
+    "CREATE TEMP TABLE IF NOT EXISTS billing_usage_stage_v4 ("
     + ", ".join(f"{name} {kind}" for name, kind in _STAGE_COLUMNS)
     + ") ON COMMIT DELETE ROWS"
 )
 _STAGE_COPY = (
-    "COPY billing_usage_stage_v3 ("
+    "COPY billing_usage_stage_v4 ("
     + ", ".join(name for name, _ in _STAGE_COLUMNS)
     + ") FROM STDIN (FORMAT BINARY)"
 )
@@ -145,8 +147,8 @@ WITH rows AS (
     + micros_sql("cost_nanos")
     + ", "
     + micros_sql("cost_without_cache_nanos")
-    + """, client_request_id, estimated
-  FROM billing_usage_stage_v3
+    + """, client_request_id, estimated, autopilot
+  FROM billing_usage_stage_v4
 ), ins AS (
   INSERT INTO billing_usagerecord (
     tenant_id, request_id, occurred_at, provider, model, worker, pool, api_key_id,
@@ -154,7 +156,7 @@ WITH rows AS (
     cache_write_1h_tokens, output_tokens, thinking_tokens, audio_prompt_tokens,
     audio_cached_read_tokens, audio_output_tokens, kind, ttft_ms, latency_ms, status, stream,
     price_version_id, pool_price_id, cost_nanos, cost_without_cache_nanos, cost_micros,
-    cost_without_cache_micros, client_request_id, estimated, recorded_at)
+    cost_without_cache_micros, client_request_id, estimated, autopilot, recorded_at)
   SELECT rows.*, now() FROM rows
   ON CONFLICT (tenant_id, request_id) DO NOTHING
   RETURNING tenant_id, request_id, principal_id, occurred_at, provider, model, status,
@@ -244,6 +246,7 @@ def _write_batch(messages: list[_Message], result: FlushResult) -> None:
             cost.without_cache_nanos if cost else 0,
             m.client_request_id,
             m.estimate_nanos is not None,
+            m.autopilot,
         )
         rows.append(values)
     with transaction.atomic():

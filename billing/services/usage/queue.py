@@ -24,6 +24,8 @@ logger = logging.getLogger(__name__)
 
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: ``UsageRecord.autopilot``'s column width.
+AUTOPILOT_MAX_CHARS = 64
 
 
 class _Message(msgspec.Struct, array_like=True):
@@ -59,6 +61,8 @@ class _Message(msgspec.Struct, array_like=True):
     # Not None: the row's cost is this estimate (the reservation of a request whose
     # usage the provider never reported), booked with ``estimated=True``.
     estimate_nanos: int | None = None
+    # The cache autopilot's decision for the request ("" when it did not run).
+    autopilot: str = ""
 
     def counts(self) -> UsageCounts:
         return UsageCounts(
@@ -129,6 +133,7 @@ def usage_message(
     ttl_seconds: int = 0,
     client_request_id: str = "",
     estimate_nanos: int | None = None,
+    autopilot: str = "",
 ) -> bytes:
     """Validate one request's usage and encode it for the queue (no I/O).
 
@@ -143,6 +148,7 @@ def usage_message(
     producer mints it. A caller's own id (``X-Request-Id``) goes in
     ``client_request_id``, which is only stored. ``estimate_nanos`` books that cost
     instead of pricing the counts, flagged ``estimated`` for reconciliation.
+    ``autopilot`` is the cache autopilot's decision, stored as is (at most 64 characters).
     """
     counts = UsageCounts(
         prompt_tokens,
@@ -176,6 +182,8 @@ def usage_message(
         raise InvalidUsage("request_id must be 1-128 characters.")
     if not isinstance(client_request_id, str) or len(client_request_id) > 128:
         raise InvalidUsage("client_request_id must be at most 128 characters.")
+    if not isinstance(autopilot, str) or len(autopilot) > AUTOPILOT_MAX_CHARS:
+        raise InvalidUsage(f"autopilot must be at most {AUTOPILOT_MAX_CHARS} characters.")
     if estimate_nanos is not None and (
         not isinstance(estimate_nanos, int)
         or isinstance(estimate_nanos, bool)
@@ -221,6 +229,7 @@ def usage_message(
             ttl_seconds,
             client_request_id,
             estimate_nanos,
+            autopilot,
         )
     )
 
