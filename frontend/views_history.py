@@ -105,6 +105,10 @@ def object_history(request: TenantPageRequest, target_type: str, target_id: str)
     events = audit_object_history(
         tenant=request.tenant, target_type=target_type, target_id=target_id
     )
+    if target_type == "tenant" and target_id == str(request.tenant.pk):
+        # This tenant's own renames and suspensions are written in the platform chain.
+        events += audit_object_history(tenant=None, target_type="tenant", target_id=target_id)
+        events.sort(key=lambda e: (e.occurred_at, e.pk), reverse=True)
     return render(
         request,
         "frontend/history.html",

@@ -57,11 +57,15 @@ def cache_row_create(tenant: Any, *, name: str, state: str = "active", digest: s
 
 def default_pool_priced() -> None:
     """A price for the ``default`` GPU pool the reference workers run in, so gateway
-    traffic costs something (the gateway's price cache forgotten)."""
+    traffic costs something (the gateway's price cache forgotten). The seeded price book is
+    put back first: an earlier transactional test flushed it, and usage booked before now
+    is priced only by the seeded version."""
     from billing.services.prices import pool_price_create
     from gateway import pricing
+    from tests.billing.ledger_support import price_book_restore
     from tests.factories import actor_for
 
+    price_book_restore()
     pool_price_create(
         actor=actor_for(None),
         pool="default",

@@ -1,7 +1,8 @@
 """Issue 27 in a real browser (Playwright driving Debian's Chromium): one budget figure
 everywhere while a stream is in flight, Extend keeping the cache's actions, the one-time
 key reveal surviving a reload without a second key, a seeded price corrected as it is,
-and a form posted after the session expired resumed after logging in again. Every page
+and a form posted after the session expired resumed after logging in again; an edit shown as
+a diff in a budget's History and in a person's platform History. Every page
 is checked for console errors and with axe (``ConsolePage.check``)."""
 
 from __future__ import annotations
@@ -293,6 +294,32 @@ def test_an_edit_shows_as_a_diff_in_the_budgets_history(console) -> None:
         .get_attribute("href")
         .startswith("/t/acme/history/principal/")
     )
+    console.check()
+
+
+def test_disabling_a_person_shows_as_a_diff_in_their_platform_history(console) -> None:
+    """The people table and a person's sessions page link to the person's History, on
+    the platform (``/platform/history/principal/…``), checked with axe."""
+    platform_admin_create("ops")
+    carol = user_create("carol", None, None)
+    console.login("ops")
+    console.go("/platform/tenants/")
+    console.click("tr[data-person='carol'] button:has-text('Disable')")  # confirmed
+    console.wait_for_load_state()
+    assert "disabled" in console.locator("tr[data-person='carol']").inner_text()
+    console.click("tr[data-person='carol'] a.history-link")
+    console.wait_for_url(re.compile(rf".*/platform/history/principal/{carol.pk}/$"))
+    row = console.locator("#history-table tr.diff-row[data-field='is_active']").first
+    assert row.locator(".diff-before").inner_text() == "True"
+    assert row.locator(".diff-after").inner_text() == "False"
+    disable = console.locator(
+        "#history-table tr[data-event]", has_text="identity.principal.disable"
+    )
+    assert disable.locator("a", has_text="ops").count() == 1  # the actor, linked by name
+    console.check()
+    console.go(f"/platform/people/{carol.pk}/sessions/")
+    console.click("#history-link")
+    console.wait_for_url(re.compile(rf".*/platform/history/principal/{carol.pk}/$"))
     console.check()
 
 
