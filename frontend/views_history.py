@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.utils.dateparse import parse_datetime
 
@@ -193,8 +193,3 @@ def platform_audit(request: PlatformPageRequest) -> HttpResponse:
         ),
     )
 
-
-def history_link(request: HttpRequest, *, kind: str, ident: str) -> str:
-    """Where an object's History lives (for templates of other pages)."""
-    slug = getattr(getattr(request, "tenant", None), "slug", None)
-    return _history_url(slug, kind, ident) or ""
