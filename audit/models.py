@@ -68,6 +68,14 @@ class AuditEvent(models.Model):
             ),
             models.Index(fields=["actor_name", "-occurred_at"], name="audit_event_actor_idx"),
             models.Index(fields=["outcome", "-occurred_at"], name="audit_event_outcome_idx"),
+            # A filter joined with the tenant filter: a range scan of the pair, not a walk
+            # of the action's (or outcome's) whole range in search of that tenant's rows.
+            models.Index(
+                fields=["tenant", "action", "-occurred_at"], name="audit_event_tenant_action_idx"
+            ),
+            models.Index(
+                fields=["tenant", "outcome", "-occurred_at"], name="audit_event_tenant_outcome_idx"
+            ),
         ]
 
     def __str__(self) -> str:
