@@ -115,7 +115,7 @@ class Books:
             available_tokens=int(extra.get("available_tokens", 0)),
             routed_tokens=int(extra.get("routed_tokens", 0)),
             cost_micros=cost if self.rates is not None else None,
-            extra={"autopilot": extra["autopilot"]} if extra.get("autopilot") else {},
+            extra={k: extra[k] for k in ("autopilot", "route") if extra.get(k)},
         )
         await closing.close(part, meter)
 

@@ -141,7 +141,7 @@ def _observe(meter: Meter) -> None:
 
 def encode_usage(meters: Sequence[Meter]) -> tuple[list[bytes], list[Meter]]:
     """Observe each request's metrics and encode its usage message (billing's format)."""
-    from billing.services.usage import AUTOPILOT_MAX_CHARS, usage_message
+    from billing.services.usage import AUTOPILOT_MAX_CHARS, ROUTE_MAX_CHARS, usage_message
 
     messages: list[bytes] = []
     recorded: list[Meter] = []
@@ -181,6 +181,8 @@ def encode_usage(meters: Sequence[Meter]) -> tuple[list[bytes], list[Meter]]:
                     # The cache autopilot's decision (``gateway.adapters``) reaches the
                     # ledger here, so the request log shows it; a longer one is cut.
                     autopilot=str(meter.extra.get("autopilot") or "")[:AUTOPILOT_MAX_CHARS],
+                    # How the vLLM adapter placed it (``mode:reason``), for the same log.
+                    route=str(meter.extra.get("route") or "")[:ROUTE_MAX_CHARS],
                 )
             )
         except Exception:

@@ -63,6 +63,14 @@ class UsageRecord(models.Model):
         help_text="The cache autopilot's decision (e.g. 'system:1h,end:5m', "
         "'prompt_cache_key:cp-<family>', 'client', 'none:no_reuse'); blank: it did not run.",
     )
+    route = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="How the gateway placed a vLLM request: the routing mode and its reason "
+        "(e.g. 'exact:fresh', 'approximate:stale_index', 'cache'); blank: not routed.",
+    )
     occurred_at = models.DateTimeField(help_text="When the request started (prices apply here).")
     provider = models.CharField(max_length=16, choices=Provider.choices)
     model = models.CharField(max_length=200)

@@ -49,6 +49,20 @@ def _cursor_decode(cursor: str) -> tuple[datetime, int] | None:
     return at, int(pk)
 
 
+#: ``UsageRecord.route`` modes in words (``gateway.routing``: exact from the KV-event
+#: index, approximate from the character guess; a named cache goes where it is placed).
+_ROUTE_MODES = {"exact": "exact", "approximate": "approximate", "cache": "by its cache"}
+
+
+def _route(route: str) -> str:
+    """How the request was placed (``mode:reason``), in words ("": not routed here)."""
+    mode, _, reason = route.partition(":")
+    if not mode:
+        return ""
+    words = _ROUTE_MODES.get(mode, mode)
+    return f"{words} ({reason.replace('_', ' ')})" if reason else words
+
+
 def _routing(row: Any) -> str:
     """Where the gateway sent the request, in words (the ledger's worker, pool, cache)."""
     parts = []
@@ -62,6 +76,8 @@ def _routing(row: Any) -> str:
         parts.append(f"cache {row.cache_id[:12]}")
     if row.cached_read_tokens:
         parts.append("prefix reused")
+    if row.route:
+        parts.append("routed " + _route(row.route))
     return ", ".join(parts)
 
 

@@ -168,6 +168,7 @@ class VllmAdapter:
             meter_extra["available_tokens"] = len(prefix["content"]) // 4
             hit = meter_extra["predicted_hit"]
             meter_extra["routed_tokens"] = meter_extra["available_tokens"] if hit else 0
+            meter_extra["route"] = "cache"  # a named cache: its placement decides
         else:
             # Event-exact when the KV indexer's view is fresh, else the character guess
             # (gateway.routing.route_request decides and counts which).
@@ -188,6 +189,7 @@ class VllmAdapter:
             meter_extra["available_tokens"] = decision.available_tokens
             meter_extra["predicted_hit"] = decision.available_tokens > 0
             meter_extra["routed_tokens"] = decision.routed_tokens
+            meter_extra["route"] = f"{decision.mode}:{decision.reason}"
         meter_extra["chain"] = chain
         first = candidates[0]
         return Target(

@@ -137,3 +137,35 @@ def test_the_request_log_shows_what_the_cache_autopilot_did(admin_a, tenant_a, r
     assert "autopilot: client&#x27;s own breakpoints kept" in row("client")
     assert "autopilot: no breakpoints (no reuse)" in row("fresh")
     assert "autopilot" not in row("off")
+
+
+def test_the_request_log_says_how_each_vllm_request_was_routed(admin_a, tenant_a, redis_flush):
+    _book(tenant_a, 1, request_id="indexed", route="exact:fresh")
+    _book(tenant_a, 1, request_id="guessed", route="approximate:stale_index")
+    _book(tenant_a, 1, request_id="cached", route="cache")
+    _book(tenant_a, 1, request_id="hosted", provider="anthropic", worker="", pool="")
+    html = _login(admin_a).get(f"/t/{tenant_a.slug}/requests/").content.decode()
+
+    def row(request_id: str) -> str:
+        return html.split(f'data-request="{request_id}"')[1].split("</tr>")[0]
+
+    assert "routed exact (fresh)" in row("indexed")
+    assert "routed approximate (stale index)" in row("guessed")
+    assert "routed by its cache" in row("cached")
+    assert "routed" not in row("hosted")
+
+
+def test_a_route_longer_than_its_column_is_refused_before_anything_is_queued(tenant_a):
+    from billing.errors import InvalidUsage
+    from billing.services.usage import usage_message
+
+    with pytest.raises(InvalidUsage, match="route must be at most 64"):
+        usage_message(
+            tenant=tenant_a,
+            request_id="r",
+            provider="vllm",
+            model="m",
+            occurred_at=T0,
+            prompt_tokens=1,
+            route="x" * 65,
+        )

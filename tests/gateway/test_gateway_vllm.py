@@ -338,6 +338,9 @@ def test_usage_is_metered_to_the_ledger(live_server_url, ref_workers, tenant_key
     assert last.cached_read_tokens == second.usage.prompt_tokens_details.cached_tokens > 0
     assert last.output_tokens == second.usage.completion_tokens
     assert last.worker in {"gw0", "gw1"} and last.api_key_id == tenant_keys["gw-acme"]["key_row"].pk
+    # How it was placed: reference workers publish no KV events, so never by the index.
+    mode, _, reason = last.route.partition(":")
+    assert mode == "approximate" and reason, last.route
 
 
 def test_usage_goes_straight_to_the_ledger_when_the_queue_is_unreachable(tenant_keys, settings):

@@ -17,6 +17,7 @@ from billing.services.usage.pricing_rows import price_row
 from billing.services.usage.queue import (
     AUTOPILOT_MAX_CHARS,
     EPOCH,
+    ROUTE_MAX_CHARS,
     queue_key,
     usage_message,
     usage_queue_append,
@@ -26,6 +27,7 @@ from billing.services.usage.queue import (
 
 __all__ = [
     "AUTOPILOT_MAX_CHARS",
+    "ROUTE_MAX_CHARS",
     "EPOCH",
     "ROLLUP_LOCK",
     "FlushResult",

@@ -110,14 +110,15 @@ _STAGE_COLUMNS = (
     ("client_request_id", "text"),
     ("estimated", "bool"),
     ("autopilot", "text"),
+    ("route", "text"),
 )
 _STAGE_DDL = (
-    "CREATE TEMP TABLE IF NOT EXISTS billing_usage_stage_v4 ("
+    "CREATE TEMP TABLE IF NOT EXISTS billing_usage_stage_v5 ("
     + ", ".join(f"{name} {kind}" for name, kind in _STAGE_COLUMNS)
     + ") ON COMMIT DELETE ROWS"
 )
 _STAGE_COPY = (
-    "COPY billing_usage_stage_v4 ("
+    "COPY billing_usage_stage_v5 ("
     + ", ".join(name for name, _ in _STAGE_COLUMNS)
     + ") FROM STDIN (FORMAT BINARY)"
 )
@@ -147,8 +148,8 @@ WITH rows AS (
     + micros_sql("cost_nanos")
     + ", "
     + micros_sql("cost_without_cache_nanos")
-    + """, client_request_id, estimated, autopilot
-  FROM billing_usage_stage_v4
+    + """, client_request_id, estimated, autopilot, route
+  FROM billing_usage_stage_v5
 ), ins AS (
   INSERT INTO billing_usagerecord (
     tenant_id, request_id, occurred_at, provider, model, worker, pool, api_key_id,
@@ -156,7 +157,7 @@ WITH rows AS (
     cache_write_1h_tokens, output_tokens, thinking_tokens, audio_prompt_tokens,
     audio_cached_read_tokens, audio_output_tokens, kind, ttft_ms, latency_ms, status, stream,
     price_version_id, pool_price_id, cost_nanos, cost_without_cache_nanos, cost_micros,
-    cost_without_cache_micros, client_request_id, estimated, autopilot, recorded_at)
+    cost_without_cache_micros, client_request_id, estimated, autopilot, route, recorded_at)
   SELECT rows.*, now() FROM rows
   ON CONFLICT (tenant_id, request_id) DO NOTHING
   RETURNING tenant_id, request_id, principal_id, occurred_at, provider, model, status,
@@ -247,6 +248,7 @@ def _write_batch(messages: list[_Message], result: FlushResult) -> None:
             m.client_request_id,
             m.estimate_nanos is not None,
             m.autopilot,
+            m.route,
         )
         rows.append(values)
     with transaction.atomic():

@@ -24,8 +24,9 @@ logger = logging.getLogger(__name__)
 
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-#: ``UsageRecord.autopilot``'s column width.
+#: ``UsageRecord.autopilot``'s and ``UsageRecord.route``'s column width.
 AUTOPILOT_MAX_CHARS = 64
+ROUTE_MAX_CHARS = 64
 
 
 class _Message(msgspec.Struct, array_like=True):
@@ -63,6 +64,8 @@ class _Message(msgspec.Struct, array_like=True):
     estimate_nanos: int | None = None
     # The cache autopilot's decision for the request ("" when it did not run).
     autopilot: str = ""
+    # How the gateway routed it (``mode:reason``; "" when it was not routed).
+    route: str = ""
 
     def counts(self) -> UsageCounts:
         return UsageCounts(
@@ -134,6 +137,7 @@ def usage_message(
     client_request_id: str = "",
     estimate_nanos: int | None = None,
     autopilot: str = "",
+    route: str = "",
 ) -> bytes:
     """Validate one request's usage and encode it for the queue (no I/O).
 
@@ -148,7 +152,8 @@ def usage_message(
     producer mints it. A caller's own id (``X-Request-Id``) goes in
     ``client_request_id``, which is only stored. ``estimate_nanos`` books that cost
     instead of pricing the counts, flagged ``estimated`` for reconciliation.
-    ``autopilot`` is the cache autopilot's decision, stored as is (at most 64 characters).
+    ``autopilot`` is the cache autopilot's decision, stored as is (at most 64 characters);
+    ``route`` how the gateway placed the request (``exact:fresh``; at most 64).
     """
     counts = UsageCounts(
         prompt_tokens,
@@ -184,6 +189,8 @@ def usage_message(
         raise InvalidUsage("client_request_id must be at most 128 characters.")
     if not isinstance(autopilot, str) or len(autopilot) > AUTOPILOT_MAX_CHARS:
         raise InvalidUsage(f"autopilot must be at most {AUTOPILOT_MAX_CHARS} characters.")
+    if not isinstance(route, str) or len(route) > ROUTE_MAX_CHARS:
+        raise InvalidUsage(f"route must be at most {ROUTE_MAX_CHARS} characters.")
     if estimate_nanos is not None and (
         not isinstance(estimate_nanos, int)
         or isinstance(estimate_nanos, bool)
@@ -230,6 +237,7 @@ def usage_message(
             client_request_id,
             estimate_nanos,
             autopilot,
+            route,
         )
     )
 

@@ -148,6 +148,7 @@ def test_gateway_routes_a_repeated_salted_prefix_to_its_real_holder(
             cached,
         )
         assert row.output_tokens == usage.completion_tokens
+        assert row.route == "exact:fresh"  # and the request log says so
     # Another tenant, same prompt: its salt makes every block different: cold.
     other = _ask(live_server_url, globex, system, "first question")
     details = other.parse().usage.prompt_tokens_details
