@@ -118,11 +118,7 @@ def error_from(provider: str, status: int, raw: bytes, headers: Any) -> GatewayE
     except ValueError:
         message = ""
     message = message or raw[:200].decode(errors="replace") or f"HTTP {status}"
-    kept = {
-        name: headers[name]
-        for name in ("retry-after", "Retry-After")
-        if headers is not None and name in headers
-    }
+    kept = relayed_error_headers(headers)
     said = f"{label} {status}: {message}"
     if status == 429:
         return GatewayError(429, "upstream_rate_limited", said, headers=kept)
@@ -137,6 +133,22 @@ def error_from(provider: str, status: int, raw: bytes, headers: Any) -> GatewayE
     if status == 504:
         return GatewayError(504, "upstream_timeout", said)
     return GatewayError(502, "upstream_error", said)
+
+
+def relayed_error_headers(headers: Any) -> dict[str, str]:
+    """What a client needs of a provider's error answer: ``retry-after`` (once: the
+    upstream's headers are case-insensitive, a second spelling would repeat it, and
+    ``3, 3`` is no delay the SDKs can read) and Anthropic's ``anthropic-ratelimit-*``
+    (relayed on a success too). OpenAI's ``x-ratelimit-*`` are not: that name is the
+    gateway's own headers' (the tenant's limits at Cacheplane)."""
+    if headers is None:
+        return {}
+    kept: dict[str, str] = {}
+    for name, value in headers.items():
+        lowered = name.lower()
+        if lowered == "retry-after" or lowered.startswith("anthropic-ratelimit-"):
+            kept.setdefault(lowered, value)
+    return kept
 
 
 def sse(payload: dict[str, Any], event: str | None = None) -> bytes:

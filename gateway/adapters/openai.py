@@ -10,7 +10,8 @@ Usage (Chat Completions reference): ``prompt_tokens`` includes
 ``prompt_tokens_details.cached_tokens`` and ``.audio_tokens``; ``completion_tokens``
 includes ``completion_tokens_details.reasoning_tokens`` (billed as output) and
 ``.audio_tokens`` (billed at the audio output rate). A stream cut off before its usage
-chunk books the prompt bound's estimate and the characters streamed / 4.
+chunk books the prompt's estimate (the JSON bytes of its messages and tools / 4) and the
+characters streamed / 4.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from gateway.adapters.base import (
     Upstream,
     Usage,
     check_parameters,
+    json_bytes,
     prompt_bound,
     prompt_estimate,
     refuse,
@@ -155,8 +157,10 @@ class OpenAIAdapter:
         self, call: Call, response: upstream.Response, result: Upstream
     ) -> AsyncIterator[bytes]:
         chars = 0
-        # Until the usage chunk: the prompt as estimated (the provider processed it).
-        call.usage.prompt_tokens = prompt_estimate(call)
+        # Until the usage chunk: the prompt as estimated (the provider processed it),
+        # its tool definitions included (the provider bills them as prompt).
+        tools = json_bytes(call.body["tools"]) if call.body.get("tools") else 0
+        call.usage.prompt_tokens = prompt_estimate(call) + tools // CHARS_PER_TOKEN_ESTIMATE
         events = upstream.sse_events(response)
         while True:
             try:

@@ -23,6 +23,9 @@ What it implements as the reference describes it:
   a mid-stream failure is an ``error`` event.
 - Rate-limit headers ``anthropic-ratelimit-requests-*`` / ``-tokens-*``; over a set
   requests-per-minute limit, 429 ``rate_limit_error`` with ``retry-after``.
+- Generation takes time: ``stream_delay`` seconds before each delta (0 by default), and
+  ``generated`` keeps each stream's output tokens produced before it ended, however it
+  ended (what Anthropic bills a stream its client closed).
 
 Tokens: ``tests.servers.common``. The reply is ``"tok "`` × N (N from "reply with N
 tokens" in the last user text, else 4), capped by ``max_tokens`` (``stop_reason``
@@ -31,6 +34,7 @@ tokens" in the last user text, else 4), capped by ``max_tokens`` (``stop_reason`
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -83,6 +87,8 @@ class AnthropicServer:
     cache: dict[tuple[str, str, str], tuple[int, float, str]] = field(default_factory=dict)
     received: list[dict[str, Any]] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    stream_delay: float = 0.0
+    generated: list[int] = field(default_factory=list)
     _minute: list[float] = field(default_factory=list)
 
     @property
@@ -94,6 +100,8 @@ class AnthropicServer:
         self.cache.clear()
         self.received.clear()
         self.faults.clear()
+        self.generated.clear()
+        self.stream_delay = 0.0
         self._minute.clear()
         self.clock.offset = 0.0
 
@@ -156,13 +164,13 @@ class AnthropicServer:
                 headers=headers,
             )
         return StreamingResponse(
-            _stream(message_id, model, content, stop_reason, usage, fault),
+            _stream(message_id, model, content, stop_reason, usage, fault, self),
             media_type="text/event-stream",
             headers=headers,
         )
 
     def _limits(self, used: int) -> dict[str, str]:
-        limit = self.requests_per_minute or 4000
+        limit = 4000 if self.requests_per_minute is None else self.requests_per_minute
         reset = "2026-01-01T00:01:00Z"
         return {
             "anthropic-ratelimit-requests-limit": str(limit),
@@ -298,7 +306,22 @@ def _reply(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str, int]:
     return [{"type": "text", "text": OUTPUT_TOKEN * count}], stop, count
 
 
-async def _stream(message_id, model, content, stop_reason, usage, fault):
+async def _stream(message_id, model, content, stop_reason, usage, fault, server):
+    produced = 0  # text deltas (a token each) generated so far
+    try:
+        async for event in _events(message_id, model, content, stop_reason, usage, fault):
+            if event is None:
+                await asyncio.sleep(server.stream_delay)
+                produced += 1
+            else:
+                yield event
+    finally:
+        # At least the one token message_start reports.
+        server.generated.append(max(produced, 1))
+
+
+async def _events(message_id, model, content, stop_reason, usage, fault):
+    """The stream's events; ``None`` before each delta (one more token generated)."""
     start_usage = {**usage, "output_tokens": 1}
     yield sse(
         {
@@ -336,6 +359,7 @@ async def _stream(message_id, model, content, stop_reason, usage, fault):
                 "error",
             )
             return
+        yield None
         delta = (
             {"type": "text_delta", "text": piece}
             if block["type"] == "text"

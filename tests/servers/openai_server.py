@@ -15,7 +15,11 @@ high 256 tokens, inside ``completion_tokens`` and reported as
 Streaming: chunks with the role first, content deltas, a final chunk with
 ``finish_reason``, and with ``stream_options.include_usage`` a last chunk with
 ``choices: []`` and the usage (every earlier chunk carries ``"usage": null``), then
-``data: [DONE]``. ``x-ratelimit-*`` headers; 429 with ``retry-after`` over a set limit.
+``data: [DONE]``. ``x-ratelimit-*`` headers; 429 ``rate_limit_exceeded`` with
+``retry-after`` (and the ``x-ratelimit-*`` headers) over a set requests-per-minute limit.
+Generation takes time: ``stream_delay`` seconds before each content chunk (0 by
+default), and ``generated`` keeps each stream's completion tokens produced before it
+ended, however it ended (reasoning included: it comes before the first content chunk).
 
 DeepSeek (``flavor="deepseek"``, ``POST /chat/completions``): context caching on disk for
 every prompt, in 64-token units, reported as ``prompt_cache_hit_tokens`` and
@@ -28,6 +32,7 @@ overhead); the reply as the Anthropic server's ("reply with N tokens", default 4
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -60,6 +65,8 @@ class OpenAIServer:
     cache: dict[tuple[str, str, str], float] = field(default_factory=dict)
     received: list[dict[str, Any]] = field(default_factory=list)
     cut_after: int | None = None  # drop the next stream after this many content chunks
+    stream_delay: float = 0.0
+    generated: list[int] = field(default_factory=list)
     _minute: list[float] = field(default_factory=list)
 
     def reset(self) -> None:
@@ -67,6 +74,8 @@ class OpenAIServer:
         self.cache.clear()
         self.received.clear()
         self.cut_after = None
+        self.generated.clear()
+        self.stream_delay = 0.0
         self._minute.clear()
         self.clock.offset = 0.0
 
@@ -104,7 +113,7 @@ class OpenAIServer:
                 "Rate limit reached for requests.",
                 "requests",
                 "rate_limit_exceeded",
-                headers={"retry-after": "3"},
+                headers={**self._limits(), "retry-after": "3"},
             )
         self._minute.append(now)
         models = OPENAI_MODELS if self.flavor == "openai" else DEEPSEEK_MODELS
@@ -202,12 +211,25 @@ class OpenAIServer:
             )
         wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         return StreamingResponse(
-            self._stream(rid, created, model, count, finish, usage, wants_usage),
+            self._stream(rid, created, model, count, finish, usage, wants_usage, reasoning * n),
             media_type="text/event-stream",
             headers=headers,
         )
 
-    async def _stream(self, rid, created, model, count, finish, usage, wants_usage):
+    async def _stream(self, rid, created, model, count, finish, usage, wants_usage, reasoning):
+        produced = reasoning  # thought before the first content chunk
+        try:
+            async for event in self._events(rid, created, model, count, finish, usage, wants_usage):
+                if event is None:
+                    await asyncio.sleep(self.stream_delay)
+                    produced += 1
+                else:
+                    yield event
+        finally:
+            self.generated.append(produced)
+
+    async def _events(self, rid, created, model, count, finish, usage, wants_usage):
+        """The stream's chunks; ``None`` before each content chunk (a token generated)."""
         cut, self.cut_after = self.cut_after, None
         base = {
             "id": rid,
@@ -233,6 +255,7 @@ class OpenAIServer:
         for i in range(count):
             if cut is not None and i == cut:
                 raise ConnectionResetError("the local server drops the stream")
+            yield None
             yield chunk({"content": OUTPUT_TOKEN})
         yield chunk({}, finish)
         if wants_usage:
@@ -259,7 +282,7 @@ class OpenAIServer:
         return hit if hit >= minimum and len(units) >= minimum else 0
 
     def _limits(self) -> dict[str, str]:
-        limit = self.requests_per_minute or 10000
+        limit = 10000 if self.requests_per_minute is None else self.requests_per_minute
         return {
             "x-request-id": f"req_{uuid.uuid4().hex[:24]}",
             "x-ratelimit-limit-requests": str(limit),
