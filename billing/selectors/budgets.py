@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -9,7 +10,11 @@ from uuid import UUID
 from django.db.models import QuerySet
 
 from billing.models import Budget, BudgetAlert, BudgetPeriod
+from controlplane import ops
+from controlplane.redis import keys
 from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
 
 
 def budget_list(*, tenant: Tenant, include_archived: bool = False) -> QuerySet[Budget]:
@@ -93,17 +98,38 @@ class BudgetFigure:
         }
 
 
+def budget_periods_gateway_reserved(*, period_ids: list[int]) -> dict[int, int]:
+    """µ$ the gateway holds in Redis per period (open holds, and settled costs waiting
+    for their ledger booking): one round trip. A period Redis has not loaded holds 0;
+    an unreachable Redis reads as {} (the figures fall back to PostgreSQL's own holds)."""
+    if not period_ids:
+        return {}
+    try:
+        pipe = ops.redis_client().pipeline(transaction=False)
+        for period_id in period_ids:
+            pipe.hget(keys.budget_period(period_id)[0], "reserved")
+        replies = pipe.execute()
+    except Exception:
+        logger.warning("budget figures: Redis unreachable, gateway holds not counted")
+        return {}
+    return {pid: max(0, int(raw or 0)) for pid, raw in zip(period_ids, replies, strict=True)}
+
+
 def budget_figures(
     *, tenant: Tenant, budgets: list[Budget], at: datetime
 ) -> dict[UUID, BudgetFigure]:
-    """``{budget_id: BudgetFigure}`` at ``at``: spent, reserved, remaining (one query).
+    """``{budget_id: BudgetFigure}`` at ``at``: spent, reserved, remaining (one query and
+    one Redis round trip).
 
     THE budget figure: every page, the API and the live tile read it here, so they never
-    disagree. It reads the ``BudgetPeriod`` row (spent as settled there, reserved as held
-    there); a budget whose current period has no row yet has spent and reserved 0 and
-    the budget's own limit.
+    disagree. Spent is the ``BudgetPeriod`` row's (the ledger's); reserved is what is in
+    flight: the row's holds (cache storage, held in PostgreSQL) plus the gateway's holds
+    in Redis (open requests and streams, and settled costs until their ledger booking),
+    the sum the gateway's hard limit refuses on. A budget whose current period has no
+    row yet has spent and reserved 0 and the budget's own limit.
     """
     periods = budget_current_periods(tenant=tenant, budgets=budgets, at=at)
+    in_flight = budget_periods_gateway_reserved(period_ids=[p.pk for p in periods.values()])
     figures = {}
     for budget in budgets:
         period = periods.get(budget.pk)
@@ -114,7 +140,7 @@ def budget_figures(
             limit_micros=period.limit_micros if period else budget.limit_micros,
             spent_micros=period.spent_micros if period else 0,
             spent_nanos=period.spent_nanos if period else 0,
-            reserved_micros=period.reserved_micros if period else 0,
+            reserved_micros=period.reserved_micros + in_flight.get(period.pk, 0) if period else 0,
             period_start=period.period_start if period else None,
             period_end=period.period_end if period else None,
         )

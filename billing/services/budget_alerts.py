@@ -14,7 +14,7 @@ from django.db import connection
 
 from audit.services import audit_record
 from billing.models import Budget, BudgetAlert, BudgetPeriod, WebhookState
-from billing.selectors.budgets import ALERT_BASIS
+from billing.selectors.budgets import ALERT_BASIS, budget_periods_gateway_reserved
 from controlplane.task_queue import task_enqueue_on_commit
 from tenants.actor import Actor
 
@@ -41,6 +41,10 @@ def budget_alerts_raise(*, tenant_id: UUID | str, moved: list[dict[str, Any]]) -
         .filter(pk__in=period_ids)
         .values_list("pk", "reserved_micros")
     )
+    # Plus the gateway's holds in Redis: the same reserved as the one budget figure
+    # (billing.selectors.budget_figures) and the gateway's hard limit.
+    for period_id, held in budget_periods_gateway_reserved(period_ids=period_ids).items():
+        reserved[period_id] = reserved.get(period_id, 0) + held
     already = set(
         BudgetAlert.objects.all_tenants()
         .filter(period_id__in=period_ids)

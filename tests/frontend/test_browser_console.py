@@ -69,45 +69,62 @@ def test_the_same_budget_figure_shows_on_three_pages_and_the_api_while_a_stream_
     )
     chunks = iter(stream)
     next(chunks)  # the stream is under way: its hold is taken
-    expected = {
-        "spent": "$0.0654",
-        "reserved": "$0.0359",
-        "remaining": "$0.8987",
-        "committed": "$0.1013",
-    }
-    console.go(f"/t/{tenant.slug}/budgets/")
-    assert _shown(console, f"tr[data-budget='{budget.pk}']") == expected
-    assert "spent + reserved" in console.locator("#alert-basis").inner_text()
-    console.check()
-    console.go(f"/t/{tenant.slug}/")
-    row = f".budget[data-budget='{budget.pk}']"
-    assert _shown(console, row) == expected
-    console.wait_until("Number(document.getElementById('page').dataset.refreshed) >= 1")
-    assert _shown(console, row) == expected  # the live tile, re-read over REST: the same
-    console.check()
-    console.go(f"/t/{tenant.slug}/caches/new/")
-    console.fill("#cache-form [name=name]", "kb")
-    console.select_option("#cache-form [name=provider]", "vllm")
-    console.select_option("#cache-form [name=model]", REF_MODEL)
-    console.fill("#cache-form [name=system_instruction]", "You answer from the FAQ. " * 20)
-    console.click("#cache-form button[name=preview]")
-    preview = console.locator("#preview-budgets li").inner_text()
-    assert "monthly" in preview and "$0.8987 remaining of $1.0000" in preview
-    assert "spent + reserved $0.1013" in preview
-    console.check()
-    api = json.loads(
-        console.evaluate(
-            f"async () => JSON.stringify(await (await fetch("
-            f"'/api/v1/tenants/{tenant.slug}/budgets/{budget.pk}')).json())"
+    # Keep it in flight while the pages are read: the workers stop stepping (vLLM's
+    # "pause, keep requests"), so its hold stays open and the figures stay still.
+    for worker in ref_workers:
+        worker.engine.call(lambda core: setattr(core, "sleeping", True))
+    try:
+        api = json.loads(
+            console.evaluate(
+                f"async () => JSON.stringify(await (await fetch("
+                f"'/api/v1/tenants/{tenant.slug}/budgets/{budget.pk}')).json())"
+            )
+        )["current_period"]
+        stream_hold = api["reserved_micros"] - 35_911
+        # Reserved is what is in flight: the cache's storage hold (PostgreSQL) and the
+        # stream's hold (the gateway's, in Redis), the sum the hard limit refuses on.
+        assert stream_hold > 0
+        assert (api["spent_micros"], api["remaining_micros"]) == (
+            65_372,
+            DOLLAR - 65_372 - api["reserved_micros"],
         )
-    )["current_period"]
-    assert (api["spent_micros"], api["reserved_micros"], api["remaining_micros"]) == (
-        65_372,
-        35_911,
-        898_717,
-    )
+        expected = {
+            "spent": _usd(65_372),
+            "reserved": _usd(api["reserved_micros"]),
+            "remaining": _usd(api["remaining_micros"]),
+            "committed": _usd(65_372 + api["reserved_micros"]),
+        }
+        console.go(f"/t/{tenant.slug}/budgets/")
+        assert _shown(console, f"tr[data-budget='{budget.pk}']") == expected
+        assert "spent + reserved" in console.locator("#alert-basis").inner_text()
+        console.check()
+        console.go(f"/t/{tenant.slug}/")
+        row = f".budget[data-budget='{budget.pk}']"
+        assert _shown(console, row) == expected
+        console.wait_until("Number(document.getElementById('page').dataset.refreshed) >= 1")
+        assert _shown(console, row) == expected  # the live tile, re-read over REST: the same
+        console.check()
+        console.go(f"/t/{tenant.slug}/caches/new/")
+        console.fill("#cache-form [name=name]", "kb")
+        console.select_option("#cache-form [name=provider]", "vllm")
+        console.select_option("#cache-form [name=model]", REF_MODEL)
+        console.fill("#cache-form [name=system_instruction]", "You answer from the FAQ. " * 20)
+        console.click("#cache-form button[name=preview]")
+        preview = console.locator("#preview-budgets li").inner_text()
+        assert "monthly" in preview
+        assert f"{expected['remaining']} remaining of $1.0000" in preview
+        assert f"spent + reserved {expected['committed']}" in preview
+        console.check()
+    finally:
+        for worker in ref_workers:
+            worker.engine.call(lambda core: setattr(core, "sleeping", False))
     for _ in chunks:  # let the stream finish
         pass
+
+
+def _usd(micros: int) -> str:
+    """A micro-USD amount as the console prints it ($0.0654)."""
+    return f"${micros / DOLLAR:.4f}"
 
 
 def test_extend_keeps_the_cache_page_live_with_its_actions(console) -> None:
