@@ -163,6 +163,7 @@ class CacheViewSet(TenantScopedMixin, viewsets.GenericViewSet[CacheObject]):
         return Response({"findings": findings, "content_digest": digest})
 
     @extend_schema(responses={200: s.OperationOut})
+    @action(detail=False, methods=["get"], url_path="operations/<str:op>")
     def operation(self, request: Request, tenant: str, op: str) -> Response:
         operation = selectors.cache_operation_get(tenant=self.tenant, operation_id=op)
         if operation is None:

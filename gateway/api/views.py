@@ -112,6 +112,7 @@ class ProviderCredentialViewSet(TenantScopedMixin, viewsets.GenericViewSet[Provi
     }
     serializer_class = s.ProviderCredentialOut
     pagination_class = None  # at most one row per provider
+    lookup_field = "provider"
 
     def _credential(self, provider: str) -> ProviderCredential:
         # A provider that cannot exist never reaches SQL (a path may hold any character).

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
+from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -36,6 +37,7 @@ class GroupMappingViewSet(PlatformMixin, viewsets.GenericViewSet[GroupMapping]):
     }
     serializer_class = s.GroupMappingOut
     pagination_class = _ByCreated
+    lookup_value_converter = "uuid"
 
     def get_queryset(self) -> QuerySet[GroupMapping]:
         return mappings.group_mapping_list()
@@ -80,29 +82,34 @@ class PersonLifecycleViewSet(PlatformMixin, viewsets.GenericViewSet[Principal]):
         "remove": "tenants.manage",
     }
     serializer_class = s.PersonOut
+    lookup_value_converter = "uuid"
 
     def _answer(self, person: Principal) -> Response:
         return Response(s.PersonOut(person).data)
 
     @extend_schema(request=None, responses={200: s.PersonOut})
+    @action(detail=True, methods=["post"])
     def disable(self, request: Request, pk: str) -> Response:
         return self._answer(
             people.person_set_active(actor=self.actor(), principal=_person(pk), active=False)
         )
 
     @extend_schema(request=None, responses={200: s.PersonOut})
+    @action(detail=True, methods=["post"])
     def enable(self, request: Request, pk: str) -> Response:
         return self._answer(
             people.person_set_active(actor=self.actor(), principal=_person(pk), active=True)
         )
 
     @extend_schema(request=None, responses={200: s.PersonOut})
+    @action(detail=True, methods=["post"], url_path="sign-out")
     def sign_out(self, request: Request, pk: str) -> Response:
         person = _person(pk)
         people.person_sessions_end(actor=self.actor(), principal=person)
         return self._answer(person)
 
     @extend_schema(request=None, responses={200: s.PersonOut})
+    @action(detail=True, methods=["post"])
     def remove(self, request: Request, pk: str) -> Response:
         return self._answer(people.person_remove(actor=self.actor(), principal=_person(pk)))
 
@@ -120,6 +127,7 @@ class InvitationViewSet(PlatformMixin, viewsets.GenericViewSet[Invitation]):
     }
     serializer_class = s.InvitationOut
     pagination_class = _ByCreated
+    lookup_value_converter = "uuid"
 
     def get_queryset(self) -> QuerySet[Invitation]:
         return invitations.invitation_list_pending()
@@ -141,6 +149,7 @@ class InvitationViewSet(PlatformMixin, viewsets.GenericViewSet[Invitation]):
         return Response(s.InvitationOut(invitation).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: s.InvitationOut})
+    @action(detail=True, methods=["post"])
     def revoke(self, request: Request, pk: str) -> Response:
         invitation = invitations.invitation_revoke(actor=self.actor(), invitation_id=pk)
         return Response(s.InvitationOut(invitation).data)
@@ -155,6 +164,7 @@ class PersonSessionViewSet(PlatformMixin, viewsets.GenericViewSet[Principal]):
     action_permissions = {"list": "tenants.list", "destroy": "tenants.manage"}
     serializer_class = s.SessionOut
     pagination_class = None
+    lookup_url_kwarg = "session_id"  # the person's id is the route prefix's ``pk``
 
     @extend_schema(responses={200: s.SessionOut(many=True)})
     def list(self, request: Request, pk: str) -> Response:
@@ -181,6 +191,7 @@ class ScimTokenViewSet(PlatformMixin, viewsets.GenericViewSet[ScimToken]):
     }
     serializer_class = s.ScimTokenOut
     pagination_class = _ByCreated
+    lookup_value_converter = "uuid"
 
     def get_queryset(self) -> QuerySet[ScimToken]:
         return ScimToken.objects.all()

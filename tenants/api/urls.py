@@ -3,37 +3,26 @@
 from __future__ import annotations
 
 from django.urls import path
+from rest_framework.routers import SimpleRouter
 
 from tenants.api import views
 
 T = "tenants/<slug:tenant>"
 
+router = SimpleRouter(trailing_slash=False, use_regex_path=False)
+router.register("platform/tenants", views.PlatformTenantViewSet, basename="platform-tenant")
+router.register(
+    "platform/principals", views.PlatformPrincipalViewSet, basename="platform-principal"
+)
+router.register(f"{T}/roles", views.RoleViewSet, basename="tenant-role")
+router.register(
+    f"{T}/service-accounts", views.ServiceAccountViewSet, basename="tenant-service-account"
+)
+router.register(f"{T}/keys", views.ApiKeyViewSet, basename="tenant-key")
+
 urlpatterns = [
-    path(
-        "platform/tenants",
-        views.PlatformTenantViewSet.as_view({"get": "list", "post": "create"}),
-        name="platform-tenant-list",
-    ),
-    path(
-        "platform/tenants/<slug:slug>",
-        views.PlatformTenantViewSet.as_view({"get": "retrieve", "patch": "partial_update"}),
-        name="platform-tenant-detail",
-    ),
-    path(
-        "platform/tenants/<slug:slug>/suspend",
-        views.PlatformTenantViewSet.as_view({"post": "suspend"}),
-        name="platform-tenant-suspend",
-    ),
-    path(
-        "platform/tenants/<slug:slug>/resume",
-        views.PlatformTenantViewSet.as_view({"post": "resume"}),
-        name="platform-tenant-resume",
-    ),
-    path(
-        "platform/principals",
-        views.PlatformPrincipalViewSet.as_view({"get": "list", "post": "create"}),
-        name="platform-principal-list",
-    ),
+    # Singletons (the tenant itself, its IAM policy): read at the collection's own URL,
+    # which a router reserves for list/create, so they keep explicit routes.
     path(f"{T}", views.TenantSelfViewSet.as_view({"get": "retrieve"}), name="tenant-detail"),
     path(
         f"{T}/cache-salt/rotate",
@@ -50,24 +39,5 @@ urlpatterns = [
         views.PolicyViewSet.as_view({"post": "test_permissions"}),
         name="tenant-policy-test",
     ),
-    path(
-        f"{T}/roles",
-        views.RoleViewSet.as_view({"get": "list", "post": "create"}),
-        name="tenant-role-list",
-    ),
-    path(
-        f"{T}/service-accounts",
-        views.ServiceAccountViewSet.as_view({"get": "list", "post": "create"}),
-        name="tenant-service-account-list",
-    ),
-    path(
-        f"{T}/keys",
-        views.ApiKeyViewSet.as_view({"get": "list", "post": "create"}),
-        name="tenant-key-list",
-    ),
-    path(
-        f"{T}/keys/<str:pk>/revoke",
-        views.ApiKeyViewSet.as_view({"post": "revoke"}),
-        name="tenant-key-revoke",
-    ),
+    *router.urls,
 ]

@@ -59,6 +59,7 @@ class PlatformTenantViewSet(PlatformMixin, viewsets.GenericViewSet[Tenant]):
     }
     lookup_field = "slug"
     lookup_url_kwarg = "slug"
+    lookup_value_converter = "slug"
     serializer_class = s.TenantOut
     pagination_class = _BySlug
 

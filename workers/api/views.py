@@ -23,6 +23,7 @@ class PlatformWorkerViewSet(PlatformMixin, viewsets.GenericViewSet[Worker]):
     audit_entity = "workers.worker"
     action_permissions = {"register": "workers.manage", "retrieve": "tenants.list"}
     serializer_class = WorkerOut
+    lookup_field = "name"
 
     def get_queryset(self) -> Any:
         return Worker.objects.all()  # workers are shared infrastructure, not tenant data

@@ -11,6 +11,7 @@ from drf_spectacular.utils import (
     extend_schema,
 )
 from rest_framework import status, viewsets
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -104,6 +105,7 @@ class BudgetViewSet(TenantScopedMixin, viewsets.GenericViewSet[Budget]):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(parameters=[_BUDGET_ID], request=None, responses={200: s.BudgetSecretOut})
+    @action(detail=True, methods=["post"], url_path="rotate-secret")
     def rotate_secret(self, request: Request, tenant: str, pk: str) -> Response:
         budget = budget_services.budget_rotate_secret(actor=self.actor(), budget=self._budget(pk))
         response = Response(self._out(budget, s.BudgetSecretOut))

@@ -10,6 +10,7 @@ from drf_spectacular.utils import (
     extend_schema,
 )
 from rest_framework import status, viewsets
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -47,6 +48,7 @@ class PlatformModelPriceViewSet(PlatformMixin, viewsets.GenericViewSet[ModelPric
     queryset = ModelPrice.objects.none()
     serializer_class = s.ModelPriceOut
     pagination_class = _ById
+    lookup_value_converter = "int"
 
     def get_queryset(self) -> QuerySet[ModelPrice]:
         return selectors.model_price_list(
@@ -81,6 +83,7 @@ class PlatformModelPriceViewSet(PlatformMixin, viewsets.GenericViewSet[ModelPric
         return Response(s.ModelPriceOut(price).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=s.ModelPriceCorrectInput, responses={201: s.ModelPriceOut})
+    @action(detail=True, methods=["post"])
     def correct(self, request: Request, pk: int) -> Response:
         data = validated(s.ModelPriceCorrectInput, request.data)
         price = price_services.model_price_correct(
@@ -102,6 +105,7 @@ class PlatformPoolPriceViewSet(PlatformMixin, viewsets.GenericViewSet[PoolPrice]
     queryset = PoolPrice.objects.none()
     serializer_class = s.PoolPriceOut
     pagination_class = _ById
+    lookup_value_converter = "int"
 
     def get_queryset(self) -> QuerySet[PoolPrice]:
         return selectors.pool_price_list(pool=self.request.query_params.get("pool") or None)
@@ -131,6 +135,7 @@ class PlatformPoolPriceViewSet(PlatformMixin, viewsets.GenericViewSet[PoolPrice]
         return Response(s.PoolPriceOut(price).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=s.PoolRatesInput, responses={201: s.PoolPriceOut})
+    @action(detail=True, methods=["post"])
     def correct(self, request: Request, pk: int) -> Response:
         data = validated(s.PoolRatesInput, request.data)
         price = price_services.pool_price_correct(

@@ -19,6 +19,7 @@ from drf_spectacular.utils import (
     extend_schema,
 )
 from rest_framework import viewsets
+from rest_framework.decorators import action
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -98,6 +99,7 @@ class UsageViewSet(TenantScopedMixin, viewsets.GenericViewSet[UsageRecord]):
         ],
         responses={200: s.SpendOut},
     )
+    @action(detail=False, methods=["get"])
     def spend(self, request: Request, tenant: str) -> Response:
         query = _range(request, s.SpendQuery)
         rows = selectors.spend_grouped(
@@ -115,6 +117,7 @@ class UsageViewSet(TenantScopedMixin, viewsets.GenericViewSet[UsageRecord]):
         return Response(s.SpendOut(body).data)
 
     @extend_schema(parameters=_RANGE_PARAMS, responses={200: s.SavingsOut})
+    @action(detail=False, methods=["get"])
     def savings(self, request: Request, tenant: str) -> Response:
         query = _range(request)
         summary = selectors.savings_summary(
@@ -127,6 +130,7 @@ class UsageViewSet(TenantScopedMixin, viewsets.GenericViewSet[UsageRecord]):
         parameters=_RANGE_PARAMS,
         responses={(200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="CSV")},
     )
+    @action(detail=False, methods=["get"], url_path="export.csv")
     def export(self, request: Request, tenant: str) -> StreamingHttpResponse:
         query = _range(request)
         since, until = query["since"], query["until"]
