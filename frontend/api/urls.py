@@ -1,40 +1,13 @@
-"""Console snapshot routes."""
+"""Console snapshot routes (DRF router; each endpoint an ``@action`` of its viewset)."""
 
 from __future__ import annotations
 
-from django.urls import path
+from rest_framework.routers import SimpleRouter
 
 from frontend.api.views import PlatformConsoleViewSet, TenantConsoleViewSet
 
-urlpatterns = [
-    path(
-        "tenants/<slug:tenant>/console/summary",
-        TenantConsoleViewSet.as_view({"get": "summary"}),
-        name="tenant-console-summary",
-    ),
-    path(
-        "tenants/<slug:tenant>/console/caches/<str:pk>",
-        TenantConsoleViewSet.as_view({"get": "cache"}),
-        name="tenant-console-cache",
-    ),
-    path(
-        "tenants/<slug:tenant>/console/series",
-        TenantConsoleViewSet.as_view({"get": "series"}),
-        name="tenant-console-series",
-    ),
-    path(
-        "platform/console/series",
-        PlatformConsoleViewSet.as_view({"get": "series"}),
-        name="platform-console-series",
-    ),
-    path(
-        "platform/console/kv-series",
-        PlatformConsoleViewSet.as_view({"get": "kv_series"}),
-        name="platform-console-kv-series",
-    ),
-    path(
-        "platform/console/summary",
-        PlatformConsoleViewSet.as_view({"get": "summary"}),
-        name="platform-console-summary",
-    ),
-]
+router = SimpleRouter(trailing_slash=False, use_regex_path=False)
+router.register("tenants/<slug:tenant>/console", TenantConsoleViewSet, basename="tenant-console")
+router.register("platform/console", PlatformConsoleViewSet, basename="platform-console")
+
+urlpatterns = router.urls

@@ -7,6 +7,7 @@ from typing import Any
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import NotAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -45,6 +46,7 @@ class TenantConsoleViewSet(TenantScopedMixin, viewsets.GenericViewSet[Any]):
     action_permissions = {"summary": MEMBER, "cache": "caches.get", "series": "usage.get"}
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @action(detail=False, methods=["get"], url_path="summary", url_name="summary")
     def summary(self, request: Request, tenant: str) -> Response:
         principal = request.user
         if not isinstance(principal, Principal):  # admitted callers are principals
@@ -52,6 +54,7 @@ class TenantConsoleViewSet(TenantScopedMixin, viewsets.GenericViewSet[Any]):
         return Response(selectors.tenant_summary(tenant=self.tenant, principal=principal))
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @action(detail=False, methods=["get"], url_path="caches/<str:pk>", url_name="cache")
     def cache(self, request: Request, tenant: str, pk: str) -> Response:
         cache = cache_selectors.cache_get(tenant=self.tenant, cache_id=pk)
         if cache is None:
@@ -59,6 +62,7 @@ class TenantConsoleViewSet(TenantScopedMixin, viewsets.GenericViewSet[Any]):
         return Response(selectors.cache_detail(tenant=self.tenant, cache=cache))
 
     @extend_schema(parameters=SERIES_PARAMETERS, responses={200: OpenApiTypes.OBJECT})
+    @action(detail=False, methods=["get"], url_path="series", url_name="series")
     def series(self, request: Request, tenant: str) -> Response:
         """Hit rate, requests, spend and savings per bucket, from the rollups: a named
         range, or a custom ``since``/``until`` (400 ``invalid_range`` when malformed)."""
@@ -78,11 +82,13 @@ class PlatformConsoleViewSet(PlatformMixin, viewsets.GenericViewSet[Any]):
     }
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @action(detail=False, methods=["get"], url_path="summary", url_name="summary")
     def summary(self, request: Request) -> Response:
         page = request.query_params.get("page", "1")
         return Response(selectors.platform_summary(page=int(page) if page.isdigit() else 1))
 
     @extend_schema(parameters=SERIES_PARAMETERS, responses={200: OpenApiTypes.OBJECT})
+    @action(detail=False, methods=["get"], url_path="series", url_name="series")
     def series(self, request: Request) -> Response:
         """The fleet's series (every tenant: platform principals only)."""
         return Response(_series(request, tenant_ids=None))
@@ -91,6 +97,7 @@ class PlatformConsoleViewSet(PlatformMixin, viewsets.GenericViewSet[Any]):
         parameters=[OpenApiParameter("range", str, enum=list(kv_pressure.RANGES))],
         responses={200: OpenApiTypes.OBJECT},
     )
+    @action(detail=False, methods=["get"], url_path="kv-series", url_name="kv-series")
     def kv_series(self, request: Request) -> Response:
         """KV memory pressure per worker (peak and mean per bucket), from the stored
         per-minute samples the worker probe writes, with the 85 % line."""
