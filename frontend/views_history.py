@@ -192,4 +192,3 @@ def platform_audit(request: PlatformPageRequest) -> HttpResponse:
             first_page="after" not in get,
         ),
     )
-
