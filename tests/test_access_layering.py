@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DOMAIN_APPS = ("tenants", "caches", "billing", "workers", "gateway", "audit")
 
 
-def _imports(path: Path) -> set[str]:
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports (absolute imports), at the top or inside a function."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -25,7 +26,7 @@ def test_no_domain_app_imports_the_console() -> None:
         f"{path.relative_to(ROOT)} imports {name}"
         for app in DOMAIN_APPS
         for path in sorted((ROOT / app).rglob("*.py"))
-        for name in _imports(path)
+        for name in imported_modules(path)
         if name == "frontend" or name.startswith("frontend.")
     ]
     assert offenders == []
@@ -33,12 +34,12 @@ def test_no_domain_app_imports_the_console() -> None:
 
 def test_the_live_events_module_imports_no_app() -> None:
     for path in sorted((ROOT / "controlplane" / "live").rglob("*.py")):
-        apps = {n.split(".")[0] for n in _imports(path)}
+        apps = {n.split(".")[0] for n in imported_modules(path)}
         assert not apps & {*DOMAIN_APPS, "frontend"}, path
 
 
 def test_the_tenant_scoping_module_imports_no_model() -> None:
     """tenants.models imports tenants.scoping for its manager: scoping names the tenant
     model by label, so there is no cycle to hide inside a function."""
-    imports = _imports(ROOT / "tenants" / "scoping.py")
+    imports = imported_modules(ROOT / "tenants" / "scoping.py")
     assert not {name for name in imports if name.split(".")[0] in {*DOMAIN_APPS, "frontend"}}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
@@ -12,9 +11,7 @@ from audit.services.exports import EXPORT_RUN_TASK
 from billing.services.budget_alerts import ALERT_DELIVER_TASK
 from caches.services.lifecycle import OPERATION_EXECUTE_TASK
 from controlplane.task_queue import task_get
-
-ROOT = Path(__file__).resolve().parent.parent.parent
-DOMAIN_APPS = ("tenants", "caches", "billing", "workers", "gateway", "audit")
+from tests.test_access_layering import DOMAIN_APPS, ROOT, imported_modules
 
 
 def _service_modules() -> list[Path]:
@@ -25,22 +22,11 @@ def _service_modules() -> list[Path]:
     return paths
 
 
-def _imported(path: Path) -> set[str]:
-    """Every module ``path`` imports, at the top or inside a function."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
-
-
 def test_no_service_imports_a_tasks_module() -> None:
     offenders = [
         f"{path.relative_to(ROOT)} imports {name}"
         for path in _service_modules()
-        for name in _imported(path)
+        for name in imported_modules(path)
         if name.split(".")[-1] == "tasks"
     ]
     assert _service_modules() and offenders == []
