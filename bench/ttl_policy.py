@@ -24,10 +24,11 @@ miss creates the cache again); a live cache pays storage per token-second.
 Policies, as fractions of the savings the hindsight optimum achieves (keep across a gap
 iff storing it costs less than the miss it avoids):
 
-- ``autopilot``: ``billing.ttl_policy.autopilot_decide`` with the app's review points:
-  creation with the decided TTL, the hit flush (every ``--flush`` seconds) extending the
-  cache, a review ``review_lead`` seconds before each expiry; history kept per context
-  across re-creations, as ``billing.models.TtlProfile`` does;
+- ``autopilot``: the app's own functions at the app's points (``cost_autopilot``):
+  ``autopilot_creation_decide`` at creation (the TTL the app creates with), the hit flush
+  (every ``--flush`` seconds) and reviews (``autopilot_decide`` + ``autopilot_review_ttl``,
+  ``review_lead`` seconds before each expiry and at once after a creation or refresh);
+  history kept per context across re-creations, as ``billing.models.TtlProfile`` does;
 - ``breakeven``: the plain rent-or-buy rule (keep ``G*`` after each query);
 - ``fixed_*``: sliding fixed TTLs (every query keeps the cache the TTL longer);
 - ``oracle_keepalive``: each cache's best fixed keep-alive chosen with hindsight (context).
@@ -43,15 +44,20 @@ import sys
 import time
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.ttl_traces import DAY, HOUR, Cache, make_trace, make_trace_previous
 from billing.ttl_policy import (
-    EXPIRE,
+    EXTEND,
     REFUSE,
+    SHORTEN,
+    AutopilotDecision,
     ReuseHistory,
+    autopilot_creation_decide,
     autopilot_decide,
+    autopilot_review_ttl,
     breakeven_gap_seconds,
 )
 
@@ -92,14 +98,27 @@ NO_BUDGET_USED = Decimal(0)
 def cost_autopilot(
     c: Cache, *, flush: float, review_lead: float, budget_used: Decimal = NO_BUDGET_USED
 ) -> float:
-    """The app's loop: create, extend on flushed hits, review before expiry."""
+    """The app's loop, through the app's own two functions (no database: the history, the
+    prices and the budget are what the app would read from it):
+
+    - a query with no live cache creates one (``caches.services.execution`` via
+      ``cache_autopilot_creation_ttl``): ``autopilot_creation_decide`` on the history known
+      before it, created for ``ttl_from(now)`` (refused: the query is not learned); the
+      creation is learned (``creation_book``) and the cache reviewed at once
+      (``next_refresh_time``);
+    - the hit flush (every ``flush`` s) learns the hits and asks for a review when the
+      decision moves the expiry (``cache_autopilot_on_hits``);
+    - a review (``caches.services.scheduling._autopilot_review``) refreshes with
+      ``autopilot_review_ttl`` (then reviews again at once, as after every refresh) or
+      waits until ``next_review_at``.
+    """
     history = ReuseHistory()
     expire: float | None = None
     review: float | None = None
     alive_from = 0.0
     total = 0.0
 
-    def decide(now: float, exp: float | None):
+    def decide(now: float, exp: float) -> AutopilotDecision:
         return autopilot_decide(
             history=history,
             economics=c.economics,
@@ -109,17 +128,24 @@ def cost_autopilot(
             review_lead_seconds=review_lead,
         )
 
+    def review_now(now: float, first: AutopilotDecision | None = None) -> None:
+        nonlocal expire, review
+        for _ in range(3):  # a refresh is reviewed again at once; it settles on target
+            assert expire is not None
+            d = first or decide(now, expire)  # (the hit flush's decision, not asked twice)
+            first = None
+            ttl = autopilot_review_ttl(d, now=now, expire_at=expire)
+            if ttl is None:
+                review = d.next_review_at
+                return
+            expire = now + ttl
+        review = None
+
     def run_reviews(until: float) -> None:
         nonlocal expire, review, total
         while expire is not None:
             if review is not None and review < expire and review <= until:
-                d = decide(review, expire)
-                if d.action == EXPIRE:
-                    review = None
-                    expire = min(expire, d.expire_at)
-                else:
-                    expire = max(d.expire_at, review)
-                    review = d.next_review_at if d.next_review_at is not None else None
+                review_now(review)
                 continue
             if expire <= until:
                 total += (expire - alive_from) * c.storage_per_second
@@ -135,20 +161,23 @@ def cost_autopilot(
             history = history.observe(seen)
             if expire is not None:
                 d = decide(seen, expire)
-                if d.action != EXPIRE:
-                    expire, review = d.expire_at, d.next_review_at
+                if d.action in (EXTEND, SHORTEN):
+                    review_now(seen, d)
             continue
         total += c.miss
-        history = history.observe(t)
-        d = decide(t, None)
+        d = autopilot_creation_decide(
+            history=history, economics=c.economics, now=t, budget_used_fraction=budget_used
+        )
         if d.action == REFUSE:
             continue
-        expire, review, alive_from = d.expire_at, d.next_review_at, t
+        expire, alive_from = t + d.ttl_from(t), t
+        history = history.observe(t)
+        review_now(t)
     run_reviews(math.inf)
     return total
 
 
-def evaluate(trace: list[Cache], *, flush: float, review_lead: float) -> dict:
+def evaluate(trace: list[Cache], *, flush: float, review_lead: float) -> dict[str, Any]:
     """Each policy's fraction of the optimum's savings, overall and per cache class."""
     policies = {
         "fixed_5m": lambda c: cost_keepalive(c, 300),

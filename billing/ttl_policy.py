@@ -113,12 +113,16 @@ class CacheEconomics:
 # yet it uses ``k = G*`` (the rent-or-buy rule, never worse than twice the optimum). A
 # context's gaps survive its cache being re-created (``billing.models.TtlProfile``).
 #
-# Review points, the same in the app and in ``bench/ttl_policy.py``:
-#   1. creation: expire at ``now + max(k, min_ttl)``;
-#   2. hits (as the hit flush reports them): the gap is learned and the cache is kept
-#      until ``last query + k`` (a refresh when that moves the expiry);
-#   3. review before expiry (and after each burst, which ends in one): decide again;
-#      budget pressure is applied here and on every other point.
+# Review points, the same in the app and in ``bench/ttl_policy.py`` (both call the two
+# functions at the end of this module):
+#   1. creation (``autopilot_creation_decide``, from what was known before this use of
+#      the content): created for ``ttl_from(now)``, at least ``min_ttl``; the creation is
+#      then learned as a use and the cache reviewed at once (3.);
+#   2. hits (as the hit flush reports them): the gap is learned and a review is asked for
+#      when the expiry should move to ``last query + k``;
+#   3. reviews (``autopilot_review_ttl``: the refresh TTL, if any), before expiry, at once
+#      after a creation or refresh, and after each burst (which ends in one); budget
+#      pressure is applied here and on every other point.
 
 GAP_MEMORY = 48
 GAP_DECAY = 0.97  # weight of a gap one observation older (effective memory ~33 gaps)
@@ -291,3 +295,42 @@ def autopilot_decide(
         max(target - review_lead_seconds, now),
         f"{action} to last query + {k:.0f}s",
     )
+
+
+def autopilot_creation_decide(
+    *,
+    history: ReuseHistory,
+    economics: CacheEconomics,
+    now: float,
+    budget_used_fraction: Decimal | float = 0,
+) -> AutopilotDecision:
+    """The decision for a cache about to be created (app: ``cache_autopilot_creation_ttl``).
+
+    ``history``: what was learned about the content before this creation (the creation
+    itself is learned once the cache exists). ``refuse`` near a budget; otherwise create
+    it with ``ttl_from(now)``: the learned keep-alive, at least the minimum TTL, never
+    the TTL the cache was requested with.
+    """
+    return autopilot_decide(
+        history=history,
+        economics=economics,
+        now=now,
+        expire_at=None,
+        budget_used_fraction=budget_used_fraction,
+    )
+
+
+def autopilot_review_ttl(
+    decision: AutopilotDecision, *, now: float, expire_at: float | None
+) -> int | None:
+    """The TTL a review refreshes the cache with, or None to leave its expiry alone
+    (then look again at ``decision.next_review_at``, or never when that is None).
+
+    A refresh when the decision moves the expiry (``extend``/``shorten``), or when
+    ``expire`` drops the cache before its current expiry (over budget).
+    """
+    moves = decision.action in (EXTEND, SHORTEN) or (
+        decision.action == EXPIRE and expire_at is not None and decision.expire_at < expire_at - 1
+    )
+    ttl = decision.ttl_from(now)
+    return ttl if moves and ttl > 0 else None

@@ -2,7 +2,8 @@
 
 The app's one economic policy is the autopilot, ``billing.ttl_policy.autopilot_decide``
 (the function ``bench/ttl_policy.py`` measures), asked at three points: creation
-(``cache_autopilot_creation_ttl``: the TTL the cache is created with), the hit flush
+(``cache_autopilot_creation_ttl``: the TTL the cache is created with, through
+``ttl_policy.autopilot_creation_decide``), the hit flush
 (``cache_autopilot_on_hits``) and the scheduler's reviews (``cache_autopilot_decision``).
 The cache is read duck-typed (``tenant_id``, ``provider``, ``model``, ``token_count``,
 ``content_digest``, ``expire_at`` and optionally ``pool``) so billing does not import the
@@ -131,12 +132,18 @@ def cache_autopilot_decision(
     economics = cache_economics_for(cache=cache, at=now)
     if economics is None:
         return None
+    history = ttl_profile_history(cache=cache)
+    used = tenant_budget_used_fraction(tenant_id=cache.tenant_id, at=now)
+    if creating or cache.expire_at is None:
+        return ttl_policy.autopilot_creation_decide(
+            history=history, economics=economics, now=_epoch(now), budget_used_fraction=used
+        )
     return ttl_policy.autopilot_decide(
-        history=ttl_profile_history(cache=cache),
+        history=history,
         economics=economics,
         now=_epoch(now),
-        expire_at=None if creating or cache.expire_at is None else _epoch(cache.expire_at),
-        budget_used_fraction=tenant_budget_used_fraction(tenant_id=cache.tenant_id, at=now),
+        expire_at=_epoch(cache.expire_at),
+        budget_used_fraction=used,
     )
 
 

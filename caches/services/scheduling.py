@@ -137,13 +137,12 @@ def _autopilot_review(cache: CacheObject, now: datetime) -> bool:
     decision = cache_autopilot_decision(cache=cache, now=now)
     if decision is None:
         return False
-    ttl = decision.ttl_from(now.timestamp())
-    moves = decision.action in (ttl_policy.EXTEND, ttl_policy.SHORTEN) or (
-        decision.action == ttl_policy.EXPIRE
-        and cache.expire_at is not None
-        and decision.expire_at < cache.expire_at.timestamp() - 1
+    ttl = ttl_policy.autopilot_review_ttl(
+        decision,
+        now=now.timestamp(),
+        expire_at=cache.expire_at.timestamp() if cache.expire_at is not None else None,
     )
-    if moves and ttl > 0:
+    if ttl is not None:
         cache.next_refresh_at = None  # set again when the refresh succeeds
         cache.save(update_fields=["next_refresh_at", "updated_at"])
         operation = CacheOperation.objects.create(

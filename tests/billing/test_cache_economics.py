@@ -80,3 +80,22 @@ def test_near_the_budget_a_new_cache_is_refused(tenant_a, admin_a, actor, price_
 def test_an_unpriced_model_has_no_economic_answer(tenant_a, price_book) -> None:
     unknown = FakeCache(tenant_a.pk, model="gemini-9")
     assert cache_autopilot_creation_ttl(cache=unknown, now=T0, token_estimate=100_000) is None
+
+
+def test_the_app_creates_through_the_function_the_benchmark_replays(
+    tenant_a, price_book, monkeypatch
+) -> None:
+    from billing import ttl_policy
+
+    calls = []
+    real = ttl_policy.autopilot_creation_decide
+
+    def spy(**kwargs):
+        calls.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(ttl_policy, "autopilot_creation_decide", spy)
+    decision = cache_autopilot_creation_ttl(
+        cache=FakeCache(tenant_a.pk), now=T0, token_estimate=100_000
+    )
+    assert len(calls) == 1 and decision.ttl_from(T0.timestamp()) == 972

@@ -128,6 +128,45 @@ def test_a_cache_on_target_runs_out_at_its_last_review_instead_of_being_stretche
     assert (early.action, early.next_review_at) == ("keep", 1_181.0)
 
 
+def test_a_creation_is_decided_from_what_was_known_before_it() -> None:
+    from billing.ttl_policy import EXTEND, ReuseHistory, autopilot_creation_decide
+
+    # Sessions of 100 s gaps with 5,000 s between them: k = 211 s. The content was last
+    # used at 1,000 s; a creation at 9,000 s gets the minimum TTL (the review right after
+    # the creation, once the creation is learned, extends it to 9,000 + k).
+    history = ReuseHistory((100.0, 5_000.0) * 10, 1_000.0)
+    decision = autopilot_creation_decide(history=history, economics=PRO, now=9_000.0)
+    assert decision.action == EXTEND and decision.ttl_from(9_000.0) == 60
+    fresh = autopilot_creation_decide(history=ReuseHistory(), economics=PRO, now=0.0)
+    assert fresh.ttl_from(0.0) == 900  # new content: the break-even gap
+    near = autopilot_creation_decide(
+        history=history, economics=PRO, now=9_000.0, budget_used_fraction=Decimal("0.95")
+    )
+    assert near.action == "refuse"
+
+
+def test_a_review_refreshes_only_when_the_decision_moves_the_expiry() -> None:
+    from billing.ttl_policy import ReuseHistory, autopilot_decide, autopilot_review_ttl
+
+    history = ReuseHistory((100.0, 5_000.0) * 10, 1_000.0)  # k = 211 s: wanted 1,211 s
+
+    def review(now: float, expire_at: float, used: float = 0) -> int | None:
+        d = autopilot_decide(
+            history=history,
+            economics=PRO,
+            now=now,
+            expire_at=expire_at,
+            budget_used_fraction=used,
+        )
+        return autopilot_review_ttl(d, now=now, expire_at=expire_at)
+
+    assert review(1_010.0, 1_100.0) == 201  # extended to 1,211 s
+    assert review(1_010.0, 3_000.0) == 201  # shortened
+    assert review(1_010.0, 1_211.0) is None  # on target: kept, looked at again later
+    assert review(1_300.0, 1_350.0) is None  # the keep-alive has passed: runs out
+    assert review(1_010.0, 3_000.0, used=1) == 60  # over budget: dropped a minute from now
+
+
 def test_the_benchmark_runs_the_apps_decision_function_and_beats_the_breakeven_rule() -> None:
     import importlib.util
     import sys
@@ -139,7 +178,10 @@ def test_the_benchmark_runs_the_apps_decision_function_and_beats_the_breakeven_r
     sys.modules[spec.name] = bench  # dataclasses look their module up there
     spec.loader.exec_module(bench)
 
-    assert bench.autopilot_decide is __import__("billing.ttl_policy").ttl_policy.autopilot_decide
+    policy = __import__("billing.ttl_policy").ttl_policy
+    assert bench.autopilot_decide is policy.autopilot_decide
+    assert bench.autopilot_creation_decide is policy.autopilot_creation_decide
+    assert bench.autopilot_review_ttl is policy.autopilot_review_ttl
     trace = bench.make_trace(caches=8, days=2, seed=3)
     no_cache = sum(bench.cost_no_cache(c) for c in trace)
     optimum = no_cache - sum(bench.cost_optimum(c) for c in trace)
