@@ -75,6 +75,16 @@ def pytest_configure(config) -> None:
     ]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _redis_fresh_for_the_run():
+    """The run's Redis database starts empty, as its test database does: keys a previous
+    run left (a killed run leaves budget holds) would otherwise be read as this run's,
+    since a fresh test database numbers its budget periods from 1 again."""
+    from controlplane import ops
+
+    ops.redis_client().flushdb()
+
+
 @pytest.fixture
 def redis_flush():
     """A clean Redis database for tests that assert on keys."""
