@@ -18,6 +18,7 @@ from tests.workers.real_vllm.runtime import (
     VllmUnavailable,
     build_tiny_model,
     ensure_env,
+    free_port,
 )
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.e2e]
@@ -47,12 +48,31 @@ def tiny_model(vllm_version: str, tmp_path_factory: pytest.TempPathFactory) -> P
         raise
 
 
+def _ready(server: VllmServer, *, tries: int = 3) -> None:
+    """Wait for ``server``; one that lost a port to another process ("Address already in
+    use": a port is only reserved once vLLM binds it) starts again on new ports."""
+    for attempt in range(tries):
+        try:
+            server.wait_ready()
+            return
+        except VllmUnavailable as exc:
+            if "Address already in use" not in str(exc) or attempt == tries - 1:
+                raise
+            server.stop()
+            server.port, server.events_port, server.replay_port = (
+                free_port(),
+                free_port(),
+                free_port(),
+            )
+            server.start()
+
+
 def _started(servers: list[VllmServer]) -> Iterator[list[VllmServer]]:
     try:
         for server in servers:
             server.start()
         for server in servers:
-            server.wait_ready()
+            _ready(server)
     except VllmUnavailable as exc:
         for server in servers:
             server.stop()

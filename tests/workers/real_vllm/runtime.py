@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -114,10 +115,30 @@ def build_tiny_model(out: Path) -> Path:
     return out
 
 
+#: Ports handed to vLLM come from below the kernel's ephemeral range (32768-60999 here):
+#: a port the kernel picked for us (bind to 0) is free only until vLLM binds it, and
+#: meanwhile vLLM's own internal ZMQ sockets and every outgoing connection draw from the
+#: ephemeral range, so three servers starting at once collided ("Address already in use").
+_PORTS = range(20000, 32000)
+_handed: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port no process here listens on, outside the ephemeral range, not handed out
+    before in this process (each server needs three)."""
+    for _ in range(200):
+        port = random.choice(_PORTS)
+        if port in _handed:
+            continue
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("0.0.0.0", port))  # vLLM binds tcp://*:port
+            except OSError:
+                continue
+        _handed.add(port)
+        return port
+    raise VllmUnavailable("no free port between 20000 and 32000")
 
 
 @dataclass
