@@ -75,6 +75,21 @@ def pytest_configure(config) -> None:
     ]
 
 
+@pytest.fixture(autouse=True)
+def _channel_layer_per_test():
+    """Each test gets its own channel-layer instance. channels keeps one instance per
+    process, and channels-redis refuses a receive from a second event loop while another
+    loop still receives on it ("Two event loops are trying to receive() on one channel
+    layer at once!"): the session's live server (its own thread and loop) keeps consumers
+    of browser pages, and a WebSocket test runs its communicator on the test's loop.
+    Messages still cross between instances: they go through Redis."""
+    from channels.layers import channel_layers
+
+    channel_layers.backends = {}
+    yield
+    channel_layers.backends = {}
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _redis_fresh_for_the_run():
     """The run's Redis database starts empty, as its test database does: keys a previous
