@@ -82,7 +82,7 @@ async def _write_batch(parts: list[limits.ClosePart], meters: list[Meter]) -> No
         if usage is None or any(isinstance(reply, Exception) for reply in usage):
             await db_sync_to_async(metering.write_direct)(messages, recorded)
         # Each meter carries the pipeline's own price (None: unpriced); no DB on the loop.
-        metering.tick(recorded, price_unpriced=False)
+        metering.tick(recorded)
 
 
 async def _close_alone(parts: list[limits.ClosePart]) -> None:

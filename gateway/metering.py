@@ -81,32 +81,11 @@ class Meter:
     status: str = "ok"
     available_tokens: int = 0  # reuse present in the prompt (a remembered prefix)
     routed_tokens: int = 0  # of which routing sent to the worker expected to hold it
-    cost_micros: int | None = None  # priced by the caller already (else priced here)
+    cost_micros: int | None = None  # the pipeline's price (None: no price found)
     extra: dict[str, Any] = field(default_factory=dict)
     client_request_id: str = ""  # the caller's X-Request-Id (``request_id`` is the ledger key)
     started_at: float | None = None  # wall clock at arrival: the ledger's occurred_at
     estimate_nanos: int | None = None  # no usage reported: this estimate is booked
-
-
-def cost_micros(meter: Meter) -> int:
-    """The request's cost for the live console (the ledger flush books the exact figure)."""
-    from billing.pricing import UsageCounts
-    from gateway.pricing import cost_micros as priced
-    from gateway.pricing import rates_cached
-
-    return priced(
-        rates_cached(meter.provider, meter.model, meter.pool),
-        UsageCounts(
-            prompt_tokens=meter.prompt_tokens,
-            cached_read_tokens=meter.cached_tokens,
-            cache_write_5m_tokens=meter.cache_write_5m_tokens,
-            cache_write_1h_tokens=meter.cache_write_1h_tokens,
-            output_tokens=meter.output_tokens,
-            audio_prompt_tokens=meter.audio_prompt_tokens,
-            audio_cached_read_tokens=meter.audio_cached_tokens,
-            audio_output_tokens=meter.audio_output_tokens,
-        ),
-    )
 
 
 _Metric = TypeVar("_Metric", bound=MetricWrapperBase)
@@ -221,21 +200,19 @@ def write_direct(messages: list[bytes], recorded: Sequence[Meter]) -> None:
             logger.exception("usage record dropped", extra={"request_id": meter.request_id})
 
 
-def tick(recorded: Sequence[Meter], *, price_unpriced: bool = True) -> None:
+def tick(recorded: Sequence[Meter]) -> None:
     """The live console's per-tenant counters (in memory; published once a second).
 
-    ``price_unpriced=False`` (the gateway's closing, on the event loop): a meter without
-    ``cost_micros`` is a request the pipeline found no price for, so it counts 0 here,
-    as the ledger books it; pricing it again would query the database from the loop
-    (``SynchronousOnlyOperation`` once the price cache was cleared) and drop the tick.
+    A meter without ``cost_micros`` is a request the pipeline found no price for: it counts
+    0 here, as the ledger books it. Pricing it again would query the database from the
+    event loop (``SynchronousOnlyOperation`` once the price cache was cleared) and drop
+    the tick.
     """
     from controlplane.live.usage import UsageDelta, usage_ticker
 
     for meter in recorded:
         try:
-            cost = meter.cost_micros
-            if cost is None:
-                cost = cost_micros(meter) if price_unpriced else 0
+            cost = meter.cost_micros if meter.cost_micros is not None else 0
             usage_ticker.add(
                 meter.tenant_id,
                 UsageDelta(

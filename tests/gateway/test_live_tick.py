@@ -34,7 +34,7 @@ def test_an_unpriced_request_closed_on_the_event_loop_still_ticks_the_live_tile(
     )
 
     async def gateway_closing() -> None:  # what gateway.closing does after its round trip
-        metering.tick([meter], price_unpriced=False)
+        metering.tick([meter])
 
     asyncio.run(gateway_closing())
     pending = ticker._pending["tenant-1"]  # what the next tick publishes
