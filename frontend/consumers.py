@@ -78,8 +78,10 @@ class _PushConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if decision.close_code is not None:
             await self.close(code=decision.close_code)
             return
-        await self.accept()
+        # Join before accepting: a client that sees the socket open must already get
+        # every event published after that moment.
         await self._hold(decision.topics)
+        await self.accept()
         self._recheck_task = asyncio.create_task(self._recheck_loop())
 
     async def disconnect(self, code: int) -> None:
