@@ -45,6 +45,17 @@ def vertex_token_estimate(content: CacheContent) -> int:
     return math.ceil(content.inline_bytes() / 4)
 
 
+def creation_token_estimate(provider: str, content: CacheContent) -> int:
+    """The tokens a cache is priced at before its provider has counted them.
+
+    Vertex: its inline bytes / 4. vLLM: the rendered prefix's characters / 4 (the
+    worker's own count replaces it once the warm-up reports ``prompt_tokens``).
+    """
+    if provider == "vertex":
+        return vertex_token_estimate(content)
+    return max(1, len(content.render_prefix()) // 4)
+
+
 def vllm_models() -> set[str]:
     """Models served by at least one registered worker."""
     from workers.models import Worker

@@ -148,14 +148,15 @@ def cache_autopilot_decision(
 
 
 def cache_autopilot_creation_ttl(
-    *, cache: Any, now: datetime, token_estimate: int
+    *, cache: Any, now: datetime, token_estimate: int, pool: str = ""
 ) -> ttl_policy.AutopilotDecision | None:
     """The autopilot's answer for a cache about to be created (None when unpriced).
 
     The decision's ``ttl_from(now)`` is the TTL to create it with: the keep-alive learned
     for the content (a content seen before keeps its history), at least the minimum TTL,
     never the TTL the cache was requested with. ``token_estimate`` prices it before the
-    provider has counted it. ``action`` ``refuse``: near a budget, no new pins.
+    provider has counted it; ``pool`` prices a vLLM cache not yet placed. ``action``
+    ``refuse``: near a budget, no new pins.
     """
     from types import SimpleNamespace
 
@@ -165,7 +166,7 @@ def cache_autopilot_creation_ttl(
         model=cache.model,
         token_count=int(cache.token_count or token_estimate),
         content_digest=cache.content_digest,
-        pool=getattr(cache, "pool", "") or "",
+        pool=pool or getattr(cache, "pool", "") or "",
         expire_at=None,
     )
     return cache_autopilot_decision(cache=priced, now=now, creating=True)

@@ -62,6 +62,15 @@ def shared_client() -> httpx.Client:
         return _shared
 
 
+def placement_pool(cache: CacheObject) -> str:
+    """The pool of the worker a warm-up of ``cache`` would go to now ("" when none serves
+    its model): what an economic vLLM cache is priced at before it is placed."""
+    workers = list(worker_list_serving(model=cache.model))
+    if not workers:
+        return ""
+    return placement_for(placement_key(cache), workers, cache.replication_factor)[0].pool
+
+
 class VllmProvider:
     """Warm, probe and unpin a cache's prefix on the worker pool serving its model."""
 

@@ -54,9 +54,12 @@ def economic_creation_decision(
     from caches import catalog
     from caches.content import CacheContent
 
-    estimate = (
-        catalog.vertex_token_estimate(CacheContent.from_dict(cache.content))
-        if cache.provider == Provider.VERTEX
-        else 0
+    estimate = catalog.creation_token_estimate(
+        cache.provider, CacheContent.from_dict(cache.content)
     )
-    return cache_autopilot_creation_ttl(cache=cache, now=now, token_estimate=estimate)
+    pool = cache.pool
+    if cache.provider == Provider.VLLM and not pool:
+        from caches.providers.vllm import placement_pool
+
+        pool = placement_pool(cache)  # priced at the pool its warm-up will land on
+    return cache_autopilot_creation_ttl(cache=cache, now=now, token_estimate=estimate, pool=pool)

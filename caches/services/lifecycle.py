@@ -177,11 +177,7 @@ def _reserve_storage(
     from billing.errors import PriceNotFound
     from billing.services.budgets import budget_reserve_cache_storage
 
-    tokens = (
-        catalog.vertex_token_estimate(content)
-        if spec.provider == Provider.VERTEX
-        else max(1, len(content.render_prefix()) // 4)
-    )
+    tokens = catalog.creation_token_estimate(spec.provider, content)
     try:
         return budget_reserve_cache_storage(
             tenant=tenant,

@@ -195,3 +195,17 @@ def test_a_probe_that_finds_the_pinned_prefix_evicted_records_it_and_the_console
         'id="prefix-evicted"' in html
         and f"{cache.resident_tokens} of {cache.token_count} tokens" in html
     )
+
+
+def test_an_economic_vllm_cache_is_created_for_the_autopilots_ttl_at_its_pools_price(
+    tenant_a, admin_a, gpu_b
+) -> None:
+    """Priced before placement: the rendered prefix's tokens at the pool its warm-up goes
+    to. At $9/GPU-hour a 1M-token prefix costs $2.50 to prefill (1,000 s at 1,000 tokens/s)
+    and $562.50 an hour to hold (62,500 blocks of 1,000 per GPU), so the break-even gap is
+    16 s: new content is created for the 60 s minimum, not the 900 s requested."""
+    with _workers(pool="gpu-b"):
+        cache = _create(tenant_a, admin_a, ttl_policy="economic")
+    assert cache.state == CacheState.ACTIVE and cache.pool == "gpu-b"
+    assert cache.ttl_seconds == 60
+    assert cache.expire_at - timezone.now() <= timedelta(seconds=60)
