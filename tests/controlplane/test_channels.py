@@ -16,7 +16,8 @@ from frontend.consumers import PlatformEventsConsumer
 IDLE_SECONDS = 12
 
 
-@pytest.mark.slow
+# e2e: the test is its 12 s of idleness; it runs in CI's end-to-end step, not in plain pytest.
+@pytest.mark.e2e
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 async def test_an_idle_websocket_stays_open_and_receives_the_next_event() -> None:
