@@ -17,6 +17,7 @@ from frontend import (
     views_manage,
     views_people,
     views_platform,
+    views_provider_credentials,
     views_requests,
 )
 
@@ -170,6 +171,31 @@ urlpatterns = [
         f"{T}/rate-limits/<str:limit_id>/delete",
         views_limits.rate_limit_delete,
         name="console-rate-limit-delete",
+    ),
+    path(
+        f"{T}/provider-credentials/",
+        views_provider_credentials.provider_credentials_page,
+        name="console-provider-credentials",
+    ),
+    path(
+        f"{T}/provider-credentials/new",
+        views_provider_credentials.provider_credential_add,
+        name="console-provider-credential-add",
+    ),
+    path(
+        f"{T}/provider-credentials/<str:provider>/rotate",
+        views_provider_credentials.provider_credential_rotate,
+        name="console-provider-credential-rotate",
+    ),
+    path(
+        f"{T}/provider-credentials/<str:provider>/autopilot",
+        views_provider_credentials.provider_credential_autopilot,
+        name="console-provider-credential-autopilot",
+    ),
+    path(
+        f"{T}/provider-credentials/<str:provider>/remove",
+        views_provider_credentials.provider_credential_remove,
+        name="console-provider-credential-remove",
     ),
     path(f"{T}/audit/", views.audit_page, name="console-audit"),
     path(f"{T}/requests/", views_requests.request_log, name="console-requests"),
