@@ -105,8 +105,8 @@ def provider_credential_add(request: TenantPageRequest) -> HttpResponse:
     if form.is_valid():
         provider = form.cleaned_data["provider"]
         # The service's set replaces an existing key (a rotation, as the API's PUT);
-        # "add" must not replace one silently, so an existing key is refused here and
-        # rotated from its own row, where the intent is explicit.
+        # "add" must not replace one silently: an existing key is refused here in the
+        # page's words, and ``replace=False`` refuses one added in between (a race).
         if services.provider_credential_get(tenant=tenant, provider=provider) is not None:
             form.add_error(
                 "provider",
@@ -122,6 +122,7 @@ def provider_credential_add(request: TenantPageRequest) -> HttpResponse:
                     provider=provider,
                     secret=form.cleaned_data["api_key"],
                     cache_autopilot=form.cleaned_data["cache_autopilot"],
+                    replace=False,
                 ),
             )
             if saved is not None:

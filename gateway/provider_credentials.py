@@ -19,7 +19,7 @@ from audit.models import AuditEvent
 from audit.services import audit_record
 from audit.snapshot import EMPTY, diff, model_snapshot
 from controlplane.db import db_sync_to_async
-from controlplane.errors import NotFound, ValidationFailed
+from controlplane.errors import Conflict, NotFound, ValidationFailed
 from gateway import credentials
 from gateway.models import HostedProvider, ProviderCredential
 from tenants.actor import Actor
@@ -35,6 +35,10 @@ class InvalidProviderCredential(ValidationFailed):
 
 class ProviderCredentialNotFound(NotFound):
     code = "provider_credential_not_found"
+
+
+class ProviderCredentialExists(Conflict):
+    code = "provider_credential_exists"
 
 
 def _clean(provider: str, secret: str) -> None:
@@ -55,11 +59,14 @@ def provider_credential_set(
     provider: str,
     secret: str,
     cache_autopilot: bool | None = None,
+    replace: bool = True,
 ) -> ProviderCredential:
     """Store the tenant's key for ``provider`` (a second call rotates it).
 
     Audited as ``gateway.provider_credential.set`` (first key) or ``.rotate``; raises
-    InvalidProviderCredential before writing anything.
+    InvalidProviderCredential before writing anything. ``replace=False`` (the console's
+    "add"): an existing key raises ProviderCredentialExists under the row lock, so two
+    simultaneous adds never turn the second into a silent rotation.
     """
     _clean(provider, secret)
     with transaction.atomic():
@@ -68,6 +75,11 @@ def provider_credential_set(
             .filter(tenant=tenant, provider=provider)
             .first()
         )
+        if found is not None and not replace:
+            raise ProviderCredentialExists(
+                f"{provider} already has a key: rotate it, or remove it first.",
+                details={"field": "provider", "provider": provider},
+            )
         before = model_snapshot(found) if found is not None else EMPTY
         row = found or ProviderCredential(tenant=tenant, provider=provider)
         row.secret_sealed = credentials.seal(secret)
@@ -89,14 +101,28 @@ def provider_credential_set(
     return row
 
 
+def _locked(credential: ProviderCredential) -> ProviderCredential:
+    """The row, locked; ProviderCredentialNotFound when it went in between (a 404, and
+    no audit row for a change that changed nothing)."""
+    locked = (
+        ProviderCredential.objects.select_for_update(of=("self",))
+        .filter(pk=credential.pk, tenant_id=credential.tenant_id)
+        .first()
+    )
+    if locked is None:
+        raise ProviderCredentialNotFound(
+            f"No {credential.provider} key for this tenant.",
+            details={"provider": credential.provider},
+        )
+    return locked
+
+
 def provider_credential_update(
     *, credential: ProviderCredential, actor: Actor, cache_autopilot: bool
 ) -> ProviderCredential:
     """Switch the cache autopilot for this tenant and provider (audited ``.update``)."""
     with transaction.atomic():
-        locked = ProviderCredential.objects.select_for_update(of=("self",)).get(
-            pk=credential.pk, tenant_id=credential.tenant_id
-        )
+        locked = _locked(credential)
         before = model_snapshot(locked)
         locked.cache_autopilot = cache_autopilot
         locked.save(update_fields=["cache_autopilot", "updated_at"])
@@ -115,7 +141,7 @@ def provider_credential_update(
 def provider_credential_delete(*, credential: ProviderCredential, actor: Actor) -> None:
     """Remove the tenant's key (its requests to that provider then get 400)."""
     with transaction.atomic():
-        before = model_snapshot(credential)
+        before = model_snapshot(_locked(credential))
         ProviderCredential.objects.filter(pk=credential.pk, tenant_id=credential.tenant_id).delete()
         audit_record(
             actor=actor,

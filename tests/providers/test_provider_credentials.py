@@ -125,3 +125,41 @@ def test_no_key_reaches_a_log_on_rotation_through_the_api_or_on_a_request(
     logged = caplog.text + "".join(str(r.args) + str(r.__dict__) for r in caplog.records)
     for secret in (rotated, ANTHROPIC_KEY, OPENAI_KEY):
         assert secret not in logged
+
+
+def test_an_add_never_replaces_a_key_and_a_change_to_a_removed_key_is_a_404(hosted):
+    """``replace=False`` (the console's add) refuses an existing key under its row lock;
+    an update or delete of a row removed in between is a 404 with no audit row."""
+    from audit.models import AuditEvent
+    from gateway.models import ProviderCredential
+    from gateway.provider_credentials import (
+        ProviderCredentialExists,
+        ProviderCredentialNotFound,
+        provider_credential_delete,
+        provider_credential_set,
+        provider_credential_update,
+    )
+
+    row = ProviderCredential.objects.get(tenant=hosted["tenant"], provider="openai")
+    with pytest.raises(ProviderCredentialExists) as exists:
+        provider_credential_set(
+            tenant=hosted["tenant"],
+            actor=hosted["actor"],
+            provider="openai",
+            secret="sk-another-key-1",
+            replace=False,
+        )
+    assert exists.value.http_status == 409 and exists.value.details["field"] == "provider"
+    assert (
+        ProviderCredential.objects.get(tenant=hosted["tenant"], pk=row.pk).fingerprint
+        == row.fingerprint
+    )
+    ProviderCredential.objects.filter(
+        tenant=hosted["tenant"], pk=row.pk
+    ).delete()  # another admin removed it
+    audited = AuditEvent.objects.filter(tenant=hosted["tenant"]).count()
+    with pytest.raises(ProviderCredentialNotFound):
+        provider_credential_update(credential=row, actor=hosted["actor"], cache_autopilot=False)
+    with pytest.raises(ProviderCredentialNotFound):
+        provider_credential_delete(credential=row, actor=hosted["actor"])
+    assert AuditEvent.objects.filter(tenant=hosted["tenant"]).count() == audited
