@@ -37,6 +37,7 @@ KINDS = {
     "modelprice": "Model price",
     "poolprice": "Pool price",
     "worker": "Worker",
+    "provider_credential": "Provider key",
 }
 
 

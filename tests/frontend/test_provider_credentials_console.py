@@ -79,6 +79,15 @@ def test_a_key_is_added_rotated_switched_and_removed_through_the_gateway_service
     assert f'<code class="fingerprint">{row.fingerprint}</code>' in html and first not in html
     assert ROTATED not in html and SECRET not in html
 
+    # Its history (the audit rows of this key, rotation included) is a link away.
+    history = f"/t/{tenant_a.slug}/history/provider_credential/{row.pk}/"
+    assert f'href="{history}"' in html
+    shown = client.get(history)
+    assert (
+        shown.status_code == 200 and "gateway.provider_credential.rotate" in shown.content.decode()
+    )
+    assert ROTATED not in shown.content.decode() and SECRET not in shown.content.decode()
+
     switched = client.post(f"{base}/anthropic/autopilot", {"cache_autopilot": "off"})
     assert switched.status_code == 302
     row.refresh_from_db()
