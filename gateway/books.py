@@ -44,7 +44,9 @@ class Books:
     async def close(self, *, status: str, estimate: bool = False) -> None:
         """Give back the fair-share slot and the rate-limit slot, settle the hold with
         the request's cost, record usage. Never raises (the answer is already decided).
-        ``estimate``: no usage came back (a timeout); the reservation is booked, flagged."""
+        ``estimate``: the counts do not price it (a timeout; a stream cut before the usage
+        of a provider that bills output it does not stream); the reservation is booked,
+        flagged ``estimated``."""
         if self.closed:
             return
         self.closed = True

@@ -240,13 +240,20 @@ def _error_event(error: GatewayError, kind: str) -> bytes:
 
 
 async def _close_stream(answer: Upstream, books: Books) -> None:
+    """Book a stream however it ended: from the counts the adapter kept (the provider's
+    usage, else what was streamed), or, when those do not price it (a reasoning model
+    cut before its usage: ``Call.cut_cost_known``), its reservation as a flagged
+    estimate, as for a timeout (corrected by ``usage_estimate_correct``)."""
     try:
         if answer.close is not None:
             await answer.close()
     finally:
         call = books.call  # always opened before anything is streamed
         status = call.extra.get("status", "ok") if call is not None else "ok"
-        await books.close(status=status if answer.completed else "client_disconnect")
+        await books.close(
+            status=status if answer.completed else "client_disconnect",
+            estimate=call is not None and not call.cut_cost_known,
+        )
 
 
 async def _parse(

@@ -9,7 +9,10 @@ on the body. send: ``POST {base}/v1/messages`` with the tenant's key; usage from
 or from ``message_start`` / ``message_delta`` (``anthropic_shapes.usage_merge``). A
 stream cut off (by the client or Anthropic) books the input side ``message_start``
 reported (Anthropic bills it) and the output streamed so far, at the provider's larger of
-its last cumulative count and the characters streamed / 4.
+its last cumulative count and the characters streamed / 4; with extended ``thinking`` the
+Claude 4 models stream a summary of their thinking and bill the whole of it, so a stream
+cut before ``message_delta`` books the request's reservation, flagged as an estimate
+(``Call.cut_cost_known``).
 """
 
 from __future__ import annotations
@@ -120,6 +123,13 @@ class AnthropicAdapter:
         else:
             raise refuse("prompt", "Anthropic", "use /v1/chat/completions or /v1/messages")
         call.upstream_body = sent
+        # Summarized thinking is billed in full: what was streamed does not say what a
+        # cut stream cost until message_delta reports the output.
+        thinking = sent.get("thinking")
+        call.cut_cost_known = not isinstance(thinking, dict) or thinking.get("type") in (
+            None,
+            "disabled",
+        )
         call.max_output_tokens = int(sent["max_tokens"])
         carried = sum(json_bytes(sent[k]) for k in ("messages", "system", "tools") if k in sent)
         call.prompt_tokens_bound = carried + 16
@@ -210,6 +220,7 @@ class AnthropicAdapter:
                 usage_merge(seen, data.get("usage"), call.usage)
                 state["output_reported"] = call.usage.output_tokens
                 state["final"] = True
+                call.cut_cost_known = True  # the whole output, thinking included
             elif kind == "error":
                 call.extra["status"] = "upstream_error"
             if not state["final"]:

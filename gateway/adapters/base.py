@@ -71,6 +71,12 @@ class Call:
     # caller's X-Request-Id (tracing only: clients may reuse it).
     ledger_key: str = ""
     started_at: float = 0.0  # wall clock (time.time()) when the request arrived
+    # Whether what the relay has seen prices the request should its stream end now. The
+    # adapter declares it per request in ``prepare``: False when the provider bills output
+    # it never streams (a reasoning model's hidden reasoning, spoken output), and True again
+    # once the provider's final usage arrives. A stream that ends while it is False books
+    # the reservation as a flagged estimate (``gateway.pipeline._close_stream``).
+    cut_cost_known: bool = True
 
 
 @dataclass
@@ -162,6 +168,25 @@ def output_bound(body: dict[str, Any], kind: str, *, per_sequence: int) -> int:
     """Every output token the request may generate: per prompt × per choice × the cap of
     one sequence (the reservation must bound what a list of prompts can spend)."""
     return per_sequence * sequences_per_prompt(body) * prompt_count(body, kind)
+
+
+def audio_prompt_estimate(body: dict[str, Any]) -> int:
+    """The audio part of the prompt, should the provider not report it (a cut stream):
+    each ``input_audio`` part's base64 characters / 4, rounded up. An upper bound, as the
+    rest of the estimate is: a provider bills audio by its length, far fewer tokens than
+    that for any encoding (a second of 8 kHz 8-bit PCM is 10,667 base64 characters). It
+    is a part of :func:`prompt_estimate` (those characters are inside the messages' JSON)."""
+    total = 0
+    for message in body.get("messages") or ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else ():
+            if not isinstance(part, dict) or part.get("type") != "input_audio":
+                continue
+            audio = part.get("input_audio")
+            data = audio.get("data") if isinstance(audio, dict) else None
+            if isinstance(data, str):
+                total += -(-len(data) // CHARS_PER_TOKEN_ESTIMATE)
+    return total
 
 
 def prompt_estimate(call: Call) -> int:

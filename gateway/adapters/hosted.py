@@ -26,6 +26,9 @@ class HostedModel:
     name: str
     max_output_tokens: int  # the reservation's bound when a request sets none
     min_cache_tokens: int = 0  # Anthropic: a shorter prefix is not cached at all
+    # Reasons before it answers and bills that reasoning without streaming it (OpenAI's
+    # GPT-5 family): until the usage chunk, what was streamed does not say what it cost.
+    hidden_reasoning: bool = False
 
 
 #: Model cards of each provider (max output; Anthropic's minimum cacheable prompt:
@@ -37,8 +40,8 @@ HOSTED_MODELS: dict[str, HostedModel] = {
         HostedModel("anthropic", "claude-haiku-4-5", 64_000, 4096),
         HostedModel("anthropic", "claude-opus-4-1", 32_000, 1024),
         HostedModel("anthropic", "claude-opus-4-5", 64_000, 4096),
-        HostedModel("openai", "gpt-5", 128_000),
-        HostedModel("openai", "gpt-5-mini", 128_000),
+        HostedModel("openai", "gpt-5", 128_000, hidden_reasoning=True),
+        HostedModel("openai", "gpt-5-mini", 128_000, hidden_reasoning=True),
         HostedModel("openai", "gpt-4o", 16_384),
         HostedModel("openai", "gpt-4o-mini", 16_384),
         HostedModel("openai", "gpt-4o-audio-preview", 16_384),

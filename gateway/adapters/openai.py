@@ -10,8 +10,11 @@ Usage (Chat Completions reference): ``prompt_tokens`` includes
 ``prompt_tokens_details.cached_tokens`` and ``.audio_tokens``; ``completion_tokens``
 includes ``completion_tokens_details.reasoning_tokens`` (billed as output) and
 ``.audio_tokens`` (billed at the audio output rate). A stream cut off before its usage
-chunk books the prompt's estimate (the JSON bytes of its messages and tools / 4) and the
-characters streamed / 4.
+chunk books the prompt's estimate (the JSON bytes of its messages and tools / 4, its
+``input_audio`` parts' base64 characters / 4 of it as audio, at the audio input rate) and
+the characters streamed / 4; when the model reasons unseen (GPT-5) or the request asks for
+spoken output, what was streamed does not say what the provider bills, and the request's
+reservation is booked instead, flagged as an estimate (``Call.cut_cost_known``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from gateway import upstream
+from gateway import pricing, upstream
 from gateway.adapters import autopilot
 from gateway.adapters.base import (
     CHARS_PER_TOKEN_ESTIMATE,
@@ -31,6 +34,7 @@ from gateway.adapters.base import (
     Target,
     Upstream,
     Usage,
+    audio_prompt_estimate,
     check_parameters,
     json_bytes,
     prompt_bound,
@@ -113,6 +117,11 @@ class OpenAIAdapter:
         call.max_output_tokens = int(given or hosted_model(call).max_output_tokens) * int(n)
         call.prompt_tokens_bound = prompt_bound(call)
         call.estimated_tokens = prompt_estimate(call) + call.max_output_tokens
+        # Hidden reasoning and audio output are billed but not streamed as text: a cut
+        # stream's cost is then unknown until the provider's usage (which a cut loses).
+        call.cut_cost_known = not (
+            hosted_model(call).hidden_reasoning or pricing.output_may_be_audio(body)
+        )
 
     def pool_before_route(self, call: Call) -> str | None:
         return ""
@@ -161,6 +170,8 @@ class OpenAIAdapter:
         # its tool definitions included (the provider bills them as prompt).
         tools = json_bytes(call.body["tools"]) if call.body.get("tools") else 0
         call.usage.prompt_tokens = prompt_estimate(call) + tools // CHARS_PER_TOKEN_ESTIMATE
+        # Its audio part at the audio input rate, as the usage chunk would report it.
+        call.usage.audio_prompt_tokens = audio_prompt_estimate(call.body)
         events = upstream.sse_events(response)
         while True:
             try:
@@ -193,6 +204,7 @@ class OpenAIAdapter:
                 call.ttft_ms = int((time.perf_counter() - call.started) * 1000)
             if data.get("usage"):
                 usage_from_openai(call.usage, data["usage"])
+                call.cut_cost_known = True  # the provider's own count, reasoning included
                 if not data.get("choices") and not call.client_wants_usage:
                     continue  # the client did not ask for it
             elif not call.usage.reported:

@@ -15,6 +15,10 @@ provider bills such a stream, and what the gateway can know of it:
   the end, so the gateway books the prompt's estimate (its messages' JSON bytes / 4 + 1,
   never under the provider's count) and the characters streamed / 4.
 
+These models stream every token they bill. Those that do not (GPT-5's hidden reasoning,
+spoken output, Claude's extended thinking) book their reservation as an estimate when cut
+before the usage: tests/providers/test_hosted_stream_estimates.py.
+
 Prices (n$ a token): Sonnet 4.5 input 3,000, output 15,000; gpt-4o 2,500 / 10,000;
 deepseek-chat 270 / 1,100.
 """

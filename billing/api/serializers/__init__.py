@@ -41,6 +41,7 @@ from billing.api.serializers.usage import (
     SpendOut,
     SpendQuery,
     SpendRowOut,
+    UsageCorrectionInput,
     UsageQuery,
     UsageRecordOut,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "SpendOut",
     "SpendQuery",
     "SpendRowOut",
+    "UsageCorrectionInput",
     "UsageQuery",
     "UsageRecordOut",
     "rate_field",

@@ -45,6 +45,7 @@ class UsageRecordOut(serializers.ModelSerializer[UsageRecord]):
             "price_version",
             "pool_price",
             "unpriced",
+            "estimated",
             "cost_nanos",
             "cost_micros",
             "cost_without_cache_micros",
@@ -57,8 +58,39 @@ class UsageRecordOut(serializers.ModelSerializer[UsageRecord]):
         help_text="True when no price covered the row: its cost is 0 until a reprice."
     )
 
+    estimated = serializers.BooleanField(
+        read_only=True,
+        help_text="True when the cost is the request's reservation, not priced counts (a "
+        "timeout, or a stream cut before the usage of a provider that bills output it does "
+        "not stream): correct it with POST …/usage/{request_id}/correction.",
+    )
+
     def get_unpriced(self, row: UsageRecord) -> bool:
         return row.price_version_id is None and row.pool_price_id is None
+
+
+def _count(help_text: str, *, required: bool = False) -> serializers.IntegerField:
+    # No range here: the service refuses negative or impossible counts (invalid_usage).
+    if required:
+        return serializers.IntegerField(help_text=help_text)
+    return serializers.IntegerField(required=False, default=0, help_text=help_text)
+
+
+class UsageCorrectionInput(serializers.Serializer[None]):
+    """The counts the provider reported for an estimated ledger row (its usage object),
+    in the ledger's convention: ``prompt_tokens`` is every input token (cached reads,
+    cache writes and audio are parts of it); ``output_tokens`` the text output
+    (reasoning included where the provider bills it as output), audio output apart."""
+
+    prompt_tokens = _count("Every input token, cached and audio ones included.", required=True)
+    output_tokens = _count("Output tokens (reasoning included), audio output apart.", required=True)
+    cached_read_tokens = _count("Of prompt_tokens: read from a cache.")
+    cache_write_5m_tokens = _count("Of prompt_tokens: written to a 5-minute cache entry.")
+    cache_write_1h_tokens = _count("Of prompt_tokens: written to a 1-hour cache entry.")
+    thinking_tokens = _count("Thinking tokens billed on top of output_tokens (Gemini).")
+    audio_prompt_tokens = _count("Of prompt_tokens: audio.")
+    audio_cached_read_tokens = _count("Of cached_read_tokens: audio.")
+    audio_output_tokens = _count("Audio output tokens, on top of output_tokens.")
 
 
 class RangeQuery(serializers.Serializer[None]):

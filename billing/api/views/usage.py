@@ -30,6 +30,7 @@ from billing.api.views._common import _RANGE_PARAMS, _ByOccurred, _range
 from billing.models import UsageRecord
 from billing.selectors.spend_export import EXPORT_COLUMNS
 from billing.services import breakeven as breakeven_service
+from billing.services.usage.estimates import usage_estimate_correct
 from controlplane.api.tenancy import TenantScopedMixin
 from controlplane.api.validation import validated
 
@@ -65,10 +66,14 @@ class UsageViewSet(TenantScopedMixin, viewsets.GenericViewSet[UsageRecord]):
         "spend": "usage.get",
         "savings": "usage.get",
         "export": "usage.get",
+        # A correction changes spend: those who manage budgets make it (billing admins,
+        # tenant admins, platform admins).
+        "correct": "budgets.update",
     }
     serializer_class = s.UsageRecordOut
     pagination_class = _ByOccurred
     renderer_classes = [JSONRenderer, CsvRenderer]
+    lookup_url_kwarg = "ledger_key"
 
     @extend_schema(
         parameters=[
@@ -148,6 +153,34 @@ class UsageViewSet(TenantScopedMixin, viewsets.GenericViewSet[UsageRecord]):
         response["Content-Disposition"] = f'attachment; filename="{name}"'
         response["Cache-Control"] = "no-store"
         return response
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "ledger_key",
+                OpenApiTypes.STR,
+                OpenApiParameter.PATH,
+                description="The row's request_id (the gateway's x-cacheplane-ledger-key).",
+            )
+        ],
+        request=s.UsageCorrectionInput,
+        responses={
+            200: s.UsageRecordOut,
+            400: OpenApiResponse(description="invalid_usage, invalid_input"),
+            404: OpenApiResponse(description="usage_record_not_found"),
+            409: OpenApiResponse(description="usage_not_estimated: the row's counts stand"),
+        },
+    )
+    @action(detail=True, methods=["post"], url_path="correction", renderer_classes=[JSONRenderer])
+    def correct(self, request: Request, tenant: str, ledger_key: str) -> Response:
+        """Replace an estimated row's cost with the counts the provider reported (priced
+        at the row's time; rollups and budgets move by the exact difference). Sending the
+        same counts again returns the row unchanged."""
+        data = validated(s.UsageCorrectionInput, request.data)
+        row = usage_estimate_correct(
+            tenant=self.tenant, ledger_key=ledger_key, actor=self.actor(), **data
+        )
+        return Response(s.UsageRecordOut(row).data)
 
 
 def _streamable(request: Request, lines: Iterator[str]) -> Iterator[str] | AsyncIterator[str]:
