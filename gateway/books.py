@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from billing.pricing import UsageCounts
 from gateway import budget, closing, fairshare, limits, pricing, ratelimit
-from gateway.adapters.base import Call, Target
+from gateway.adapters.base import Call, Target, audio_prompt_estimate
 from gateway.metering import Meter
 
 
@@ -127,8 +127,16 @@ class Books:
             return self.hold.amount_micros
         if self.rates is None:
             return None
-        bound, most = call.prompt_tokens_bound, call.max_output_tokens
-        audio = pricing.output_may_be_audio(call.body)
-        return pricing.upper_bound_micros(
-            self.rates, prompt_tokens=bound, max_output_tokens=most, audio_output=audio
-        )
+        return call_upper_bound_micros(self.rates, call)
+
+
+def call_upper_bound_micros(rates: pricing.Rates, call: Call) -> int:
+    """The most ``call`` can cost at ``rates``: what its budget hold reserves, and what
+    an estimated row books when no hold was taken."""
+    return pricing.upper_bound_micros(
+        rates,
+        prompt_tokens=call.prompt_tokens_bound,
+        max_output_tokens=call.max_output_tokens,
+        audio_output=pricing.output_may_be_audio(call.body),
+        audio_prompt_tokens=audio_prompt_estimate(call.body),
+    )

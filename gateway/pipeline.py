@@ -32,7 +32,7 @@ from gateway import budget, fairshare, limits, pricing, ratelimit
 from gateway.adapters.base import Adapter, Call, Target, Upstream
 from gateway.adapters.hosted import sse
 from gateway.adapters.registry import adapter_for
-from gateway.books import Books
+from gateway.books import Books, call_upper_bound_micros
 from gateway.cache_reference import resolve_cache
 from gateway.errors import GatewayError
 from gateway.event_stream import EventStreamResponse
@@ -140,16 +140,7 @@ async def _price_and_admit(books: Books, call: Call, provider: str, pool: str) -
     """Price the call's upper bound for ``pool`` and take its rate limits and budget hold
     (429 or 402 with nothing taken)."""
     books.rates = await pricing.rates(provider, call.model, pool)
-    estimate = (
-        pricing.upper_bound_micros(
-            books.rates,
-            prompt_tokens=call.prompt_tokens_bound,
-            max_output_tokens=call.max_output_tokens,
-            audio_output=pricing.output_may_be_audio(call.body),
-        )
-        if books.rates is not None
-        else None
-    )
+    estimate = call_upper_bound_micros(books.rates, call) if books.rates is not None else None
     identity = call.identity
     books.admission = await ratelimit.plan(
         tenant_id=identity.tenant_id,

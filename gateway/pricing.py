@@ -140,13 +140,20 @@ def output_may_be_audio(body: dict[str, Any]) -> bool:
 
 
 def upper_bound_micros(
-    found: Rates, *, prompt_tokens: int, max_output_tokens: int, audio_output: bool = False
+    found: Rates,
+    *,
+    prompt_tokens: int,
+    max_output_tokens: int,
+    audio_output: bool = False,
+    audio_prompt_tokens: int = 0,
 ) -> int:
     """The most this request can cost: every prompt token at the dearest input-side rate
     (plain, or written to a cache) of the tier its size selects, plus every output token
     it may generate at the dearest output rate it may be billed at (audio, when
     ``audio_output``: the request asks for spoken output). ``prompt_tokens`` must itself
-    be an upper bound (cache included)."""
+    be an upper bound (cache included); ``audio_prompt_tokens``, the bound of its audio
+    part, may be billed at the audio input rate (dearer than text on OpenAI's audio
+    models)."""
     cost_fn, rates_ = found
     if cost_fn is gpu_cost:
         return gpu_cost(
@@ -170,6 +177,22 @@ def upper_bound_micros(
             output_tokens=max_output_tokens,
         ),
     )
+    audio = min(audio_prompt_tokens, prompt_tokens)
+    if audio > 0:  # the audio part at the audio input rate, read from a cache or not
+        shapes += (
+            UsageCounts(
+                prompt_tokens=prompt_tokens,
+                audio_prompt_tokens=audio,
+                output_tokens=max_output_tokens,
+            ),
+            UsageCounts(
+                prompt_tokens=prompt_tokens,
+                cached_read_tokens=prompt_tokens,
+                audio_prompt_tokens=audio,
+                audio_cached_read_tokens=audio,
+                output_tokens=max_output_tokens,
+            ),
+        )
     cost, dearest = max(
         ((token_cost(shape, rates_), shape) for shape in shapes), key=lambda pair: pair[0].nanos
     )

@@ -100,3 +100,26 @@ async def test_the_pipeline_holds_the_audio_bound_for_a_spoken_request(monkeypat
         books.hold = None
         assert books._reserved_micros(call) == held[-1]  # type: ignore[arg-type]
     assert held == [162_500, 22_500]
+
+
+def test_an_audio_prompt_is_reserved_at_the_audio_input_rate() -> None:
+    """1,000 prompt tokens of which 800 may be audio ($40/M, 16x text): the hold covers the
+    audio part at its rate, so a bill for that prompt never exceeds it."""
+    text = pricing.upper_bound_micros(RATES, prompt_tokens=1_000, max_output_tokens=100)
+    heard = pricing.upper_bound_micros(
+        RATES, prompt_tokens=1_000, max_output_tokens=100, audio_prompt_tokens=800
+    )
+    assert text == 1_000 * 2.5 + 100 * 10  # µ$: 3,500
+    assert heard == 200 * 2.5 + 800 * 40 + 100 * 10  # µ$: 33,500
+    billed = token_cost(
+        UsageCounts(prompt_tokens=1_000, audio_prompt_tokens=800, output_tokens=100),
+        AUDIO_PREVIEW,
+    ).micros
+    assert billed <= heard
+    # An audio estimate above the prompt bound is clipped to it (all of it audio).
+    assert (
+        pricing.upper_bound_micros(
+            RATES, prompt_tokens=1_000, max_output_tokens=0, audio_prompt_tokens=5_000
+        )
+        == 1_000 * 40
+    )
