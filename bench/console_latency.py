@@ -206,10 +206,10 @@ def _populate(tenants: int, caches: int) -> None:
                content_digest, ttl_policy, ttl_seconds, expire_at, state, state_changed_at,
                last_error, last_error_code, remote_name, vertex_project, vertex_location,
                placement, replication_factor, prewarm_cron, hit_count, hit_tokens,
-               query_rate_ewma, created_at, updated_at)
+               query_rate_ewma, created_at, updated_at, pool)
                SELECT gen_random_uuid(), t.id, 'c' || g, 'vertex', 'gemini-2.5-flash', '{}',
                  md5(g::text), 'fixed', 3600, now() + interval '1 hour', 'active', now(), '',
-                 '', '', 'p', 'l', '{}', 1, '', 0, 0, 0, now(), now()
+                 '', '', 'p', 'l', '{}', 1, '', 0, 0, 0, now(), now(), ''
                FROM generate_series(1, %s) g
                JOIN LATERAL (SELECT id FROM tenants_tenant WHERE slug LIKE 'ov-%%'
                              ORDER BY slug OFFSET (g %% %s) LIMIT 1) t ON true""",

@@ -4,7 +4,7 @@ under load.
 
 What runs: `cacheplane up` (embedded PostgreSQL and Redis, web, Celery worker and beat,
 Vertex emulator; no reference worker) on --port, an upstream stub standing in for a vLLM
-worker (bench/gateway_overhead.py's stub, not our code) on --port + 1, and this load
+worker (bench/gateway_stub.py, not our code) on --port + 1, and this load
 generator. The benchmark attaches to up's embedded services (it never owns them) to
 create a tenant, a developer service account and its API key, and to register the stub.
 
@@ -50,9 +50,9 @@ _METRICS = (
 
 
 async def stub_app(scope, receive, send) -> None:
-    """The upstream stand-in: gateway_overhead's fixed chat completion, plus /health and
+    """The upstream stand-in: gateway_stub's fixed chat completion, plus /health and
     Prometheus /metrics so the control plane's probe keeps it healthy."""
-    from gateway_overhead import stub_app as completion_app
+    from gateway_stub import stub_app as completion_app
 
     if scope["type"] == "http" and scope["path"] in ("/health", "/metrics"):
         body = _METRICS if scope["path"] == "/metrics" else b"ok"
@@ -155,7 +155,7 @@ async def _client(http, deadline: float, slug: str, key: str, body: bytes, tally
 
 async def _load(url: str, seconds: float, concurrency: int, slug: str, key: str) -> Counter:
     import httpx
-    from gateway_overhead import MODEL
+    from gateway_stub import MODEL
 
     body = json.dumps(
         {
@@ -233,15 +233,18 @@ def main() -> int:
             "CACHEPLANE_DB_POOL": "false" if args.no_pool else "true",
         }
     )
-    from gateway_overhead import _uvicorn, _wait_http
+    from gateway_load import server_process, uvicorn_command
+    from support import wait_http
 
     stub_port = args.port + 1
     stub_url = f"http://127.0.0.1:{stub_port}"
     up = _start_up(args, data_dir, env)
     services = None
     try:
-        with _uvicorn("soak:stub_app", stub_port, app_dir=BENCH_DIR, cpus=None) as stub:
-            _wait_http(f"{stub_url}/", stub)
+        with server_process(
+            uvicorn_command("soak:stub_app", stub_port, BENCH_DIR), cpus=None
+        ) as stub:
+            wait_http(f"{stub_url}/", stub)
             from controlplane.embedded import EmbeddedServices
 
             for name in ("DATABASE_URL", "REDIS_URL", "DATABASE_MIGRATE_URL"):

@@ -33,13 +33,13 @@ def _populate(total: int, due: int) -> None:
               ttl_policy, ttl_seconds, expire_at, state, state_changed_at, last_error,
               last_error_code, remote_name, vertex_project, vertex_location, placement,
               replication_factor, prewarm_cron, hit_count, hit_tokens, query_rate_ewma,
-              created_at, updated_at)
+              created_at, updated_at, pool)
             SELECT gen_random_uuid(), %s, 'c' || g, 'vertex', 'gemini-2.5-flash', '{}'::jsonb,
                    md5(g::text), 2048, 'fixed', 3600,
                    CASE WHEN g <= %s THEN now() - interval '1 minute'
                         ELSE now() + (g %% 86400 + 60) * interval '1 second' END,
                    'active', now(), '', '', '', 'p1', 'us-central1', '{}', 1, '', 0, 0, 0,
-                   now(), now()
+                   now(), now(), ''
             FROM generate_series(1, %s) AS g
             """,
             [str(tenant.pk), due, total],

@@ -13,5 +13,5 @@ if [ "$lines" -gt 200 ]; then
 fi
 site=$(mktemp -d)
 trap 'rm -rf "$site"' EXIT
-.venv/bin/mkdocs build --strict --quiet --site-dir "$site"
+.venv/bin/mkdocs build --strict --site-dir "$site"
 echo "docs: mkdocs build --strict passed; README.md is $lines lines"
