@@ -63,6 +63,11 @@ def forwarded_allow_ips() -> str:
     return ",".join(env_list("CACHEPLANE_TRUSTED_PROXIES", []))
 
 
+#: uvicorn's ``--timeout-keep-alive``: above the idle timeout of the proxies and clients in
+#: front of it (AWS ALB, nginx: 60 s), so the peer, not the server, closes an idle connection.
+KEEP_ALIVE_SECONDS = 75
+
+
 def core_children(*, python: str, host: str, port: int, logs: Path, data_dir: Path) -> list[Child]:
     """The system itself: the ASGI server, one Celery worker and Celery beat."""
     return [
@@ -78,6 +83,12 @@ def core_children(*, python: str, host: str, port: int, logs: Path, data_dir: Pa
                 "--port",
                 str(port),
                 "--no-access-log",
+                # Idle keep-alive connections outlive their clients' and proxies' (60 s
+                # idle timeouts are common): uvicorn's 5 s default equals httpx's pool
+                # expiry, and a request sent on a connection the server was closing
+                # failed with a transport error (the soak saw 1 in 1,000).
+                "--timeout-keep-alive",
+                str(KEEP_ALIVE_SECONDS),
                 # Explicit: uvicorn's default trusts X-Forwarded-For from 127.0.0.1.
                 "--forwarded-allow-ips",
                 forwarded_allow_ips(),
