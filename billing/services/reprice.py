@@ -65,7 +65,8 @@ WHERE u.id = v.id
 )
 
 # Deltas (exact nanos, may be negative) and unpriced-count deltas; the µ$ columns are
-# recomputed from the resulting nano totals.
+# recomputed from the resulting nano totals (a bucket the delta creates: from its own sum,
+# never left at 0).
 _ROLLUP_DELTA_SQL = (
     """
 INSERT INTO billing_usagerollup (tenant_id, granularity, bucket, provider, model, requests,
@@ -74,7 +75,11 @@ INSERT INTO billing_usagerollup (tenant_id, granularity, bucket, provider, model
   audio_output_tokens, cost_nanos, cost_without_cache_nanos, cost_micros,
   cost_without_cache_micros)
 SELECT t, g, date_trunc(g, at, 'UTC'), p, m, 0, 0, sum(un), 0, 0, 0, 0, 0, 0, 0, 0, sum(c),
-  sum(w), 0, 0
+  sum(w), """
+    + micros_sql("sum(c)")
+    + ", "
+    + micros_sql("sum(w)")
+    + """
 FROM unnest(%s::uuid[], %s::timestamptz[], %s::text[], %s::text[], %s::bigint[], %s::bigint[],
   %s::bigint[]) AS d(t, at, p, m, c, w, un)
   CROSS JOIN (VALUES ('minute'), ('day')) AS gr(g)

@@ -4,6 +4,7 @@ the four figures that must agree (REST, PostgreSQL, Redis, Σ ledger + Σ storag
 from __future__ import annotations
 
 from datetime import datetime
+from types import SimpleNamespace
 
 from django.db.models import Q, Sum
 
@@ -24,10 +25,14 @@ def gateway_request(
     hold_micros: int = 10,
     principal=None,
     periods: list[holds.PeriodView] | None = None,
+    timed_out: bool = False,
 ) -> str:
     """One request as the gateway runs it: hold (reserve script), settle (settle script,
     at the request's µ$ estimate), usage message under the gateway's own ledger key.
-    ``periods``: as loaded by the gateway (loaded here when not given)."""
+    ``periods``: as loaded by the gateway (loaded here when not given). ``timed_out``: the
+    upstream timed out after the request was sent (``gateway.books``): the hold is settled
+    at the whole reservation and the row is booked as that estimate, flagged for
+    reconciliation (``usage_estimate_correct``)."""
     if periods is None:
         periods = holds.budget_periods_load(
             tenant_id=str(tenant.pk), principal_id=str(principal.pk) if principal else None, at=at
@@ -45,7 +50,8 @@ def gateway_request(
             tenant_id=str(tenant.pk),
             principal_id=str(principal.pk) if principal else None,
             amount_micros=hold_micros,
-            actual_micros=1,  # the gateway's rounded figure; the ledger's is exact
+            # the gateway's rounded figure (the ledger's is exact), or the estimate
+            actual_micros=hold_micros if timed_out else 1,
         )
         assert budget_settle(client, settle) is True
     usage_record(
@@ -55,8 +61,10 @@ def gateway_request(
         provider="vertex",
         model=FLASH_LITE,
         occurred_at=at,
-        prompt_tokens=prompt_tokens,
+        prompt_tokens=0 if timed_out else prompt_tokens,
         principal_id=str(principal.pk) if principal else None,
+        status="upstream_timeout" if timed_out else "ok",
+        estimate_nanos=hold_micros * 1000 if timed_out else None,
     )
     return key
 
@@ -122,6 +130,13 @@ def price_book_restore() -> None:
         "0005_seed_gemini_3_flash_audio_rates",
     ):
         importlib.import_module(f"billing.migrations.{migration}").seed(apps, None)
+    # DeepSeek's off-peak window at its published per-line prices (without this step a
+    # flushed database got 0004's "75 % off every rate" back).
+    from django.db import connection
+
+    importlib.import_module("billing.migrations.0007_deepseek_off_peak_per_line_prices").forwards(
+        apps, SimpleNamespace(connection=connection)
+    )
 
 
 def book_micros(tenant, micros: int, *, at: datetime | None = None, principal=None) -> None:

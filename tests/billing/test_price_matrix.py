@@ -9,11 +9,16 @@ Each case is a literal nano-USD amount with the arithmetic beside it. Units: a l
   storage 1.00; gemini-2.5-flash-lite: 0.10, audio 0.30, cached 0.01 / 0.03, output 0.40;
 - claude-sonnet-4-5: 3.00 / write 5m 3.75 / 1h 6.00 / read 0.30 / output 15; above 200k
   input tokens 6.00 / 7.50 / 12.00 / 0.60 / 22.50; claude-haiku-4-5: 1 / 1.25 / 2 / 0.10 / 5;
-- deepseek-chat: miss 0.27, hit 0.07, output 1.10, 50 % off 16:30-00:30 UTC;
-  deepseek-reasoner: 0.55 / 0.14 / 2.19, 75 % off in the same window;
+- deepseek-chat: miss 0.27, hit 0.07, output 1.10; deepseek-reasoner: 0.55 / 0.14 / 2.19;
+  from 16:30 to 00:30 UTC both at DeepSeek's published off-peak prices 0.135 / 0.035 /
+  0.550 (for the reasoner that is 75.45 % / 75 % / 74.89 % off, not 75 % of each rate),
+  as the seeded book has them (migration ``billing.0007``);
 - gpt-5: 1.25 / cached 0.125 / output 10;
 - a GPU pool at $2.50 per GPU-hour, 10k prefill and 1k decode tokens per GPU-second,
   10k KV blocks of 16 tokens per GPU.
+
+These are the pricing functions' shapes; every cost kind booked through its production
+entry point (ledger rows, budget counters, REST) is ``tests/billing/test_booked_matrix.py``.
 """
 
 from __future__ import annotations
@@ -92,15 +97,23 @@ HAIKU = TokenRates(
     cache_write_1h=D("2.00"),
     output=D("5.00"),
 )
-OFF_PEAK_50 = (DiscountWindow.parse({"start": "16:30", "end": "00:30", "percent": 50}),)
-OFF_PEAK_75 = (DiscountWindow.parse({"start": "16:30", "end": "00:30", "percent": 75}),)
+# DeepSeek's off-peak window as published and seeded (billing.0007): its own price per line.
+OFF_PEAK = (
+    DiscountWindow.parse(
+        {
+            "start": "16:30",
+            "end": "00:30",
+            "rates": {"input": "0.135", "cached_input": "0.035", "output": "0.550"},
+        }
+    ),
+)
 DS_CHAT = TokenRates(
     input=D("0.27"),
     cached_input=D("0.07"),
     cache_write_5m=D("0.27"),
     cache_write_1h=D("0.27"),
     output=D("1.10"),
-    discounts=OFF_PEAK_50,
+    discounts=OFF_PEAK,
 )
 DS_REASONER = TokenRates(
     input=D("0.55"),
@@ -108,7 +121,7 @@ DS_REASONER = TokenRates(
     cache_write_5m=D("0.55"),
     cache_write_1h=D("0.55"),
     output=D("2.19"),
-    discounts=OFF_PEAK_75,
+    discounts=OFF_PEAK,
 )
 GPT5 = TokenRates(
     input=D("1.25"),
@@ -364,7 +377,7 @@ CASES: list[tuple[str, Callable[[], int], int]] = [
         ),
         985_000,
     ),
-    # half of 1,970,000
+    # 3,600 × 135 + 6,400 × 35 + 500 × 550 = 486k + 224k + 275k (half of 1,970,000)
     (
         "deepseek-chat-window-start-inclusive",
         req(
@@ -397,7 +410,7 @@ CASES: list[tuple[str, Callable[[], int], int]] = [
         req(C(prompt_tokens=1_000), DS_CHAT, at(23, 59)),
         135_000,
     ),
-    # 1,000×270 × 50 %
+    # 1,000 × 135
     (
         "deepseek-reasoner-peak",
         req(C(prompt_tokens=10_000, output_tokens=1_000, thinking_tokens=2_000), DS_REASONER, PEAK),
@@ -405,15 +418,15 @@ CASES: list[tuple[str, Callable[[], int], int]] = [
     ),
     # 10,000×550 + 3,000×2,190 = 5.5M + 6.57M
     (
-        "deepseek-reasoner-off-peak-75",
+        "deepseek-reasoner-off-peak-published",
         req(
             C(prompt_tokens=10_000, output_tokens=1_000, thinking_tokens=2_000),
             DS_REASONER,
             at(20, 0),
         ),
-        3_017_500,
+        3_000_000,
     ),
-    # 12,070,000 × 25 %
+    # 10,000 × 135 + 3,000 × 550 = 1.35M + 1.65M (25 % of 12,070,000 would be 3,017,500)
     # --- OpenAI ---
     ("gpt5-plain", req(C(prompt_tokens=2_000, output_tokens=300), GPT5), 5_500_000),
     (
@@ -582,22 +595,6 @@ def test_a_reservation_bound_is_never_below_the_request_it_bounds() -> None:
     assert actual == 93_750_000 and bound >= actual
 
 
-DS_REASONER_PUBLISHED = TokenRates(
-    input=D("0.55"),
-    cached_input=D("0.14"),
-    cache_write_5m=D("0.55"),
-    cache_write_1h=D("0.55"),
-    output=D("2.19"),
-    discounts=(
-        DiscountWindow.parse(
-            {
-                "start": "16:30",
-                "end": "00:30",
-                "rates": {"input": "0.135", "cached_input": "0.035", "output": "0.550"},
-            }
-        ),
-    ),
-)
 DEEPSEEK_OFF_PEAK = [
     # (shape, counts, when, expected n$): off-peak is DeepSeek's published per-line price
     # (0.135 / 0.035 / 0.550), not 25 % of each peak rate (0.1375 / 0.035 / 0.5475).
@@ -632,9 +629,24 @@ DEEPSEEK_OFF_PEAK = [
     ids=[c[0] for c in DEEPSEEK_OFF_PEAK],
 )
 def test_deepseek_off_peak_is_the_published_per_line_price(shape, counts, when, expected) -> None:
-    assert token_cost(counts, DS_REASONER_PUBLISHED, when).nanos == expected
+    assert token_cost(counts, DS_REASONER, when).nanos == expected
 
 
 def test_a_window_with_rates_must_name_every_line() -> None:
     with pytest.raises(ValueError, match="rates must name each"):
         DiscountWindow.parse({"start": "16:30", "end": "00:30", "rates": {"input": "0.1"}})
+
+
+@pytest.mark.django_db
+def test_a_restored_price_book_keeps_deepseeks_published_off_peak_prices() -> None:
+    """Transactional tests flush the tables and restore the seeded book: the DeepSeek
+    windows come back as migration 0007 left them, not as 0004's 75 % off every rate."""
+    from billing.models import ModelPrice
+    from tests.billing.ledger_support import price_book_restore
+
+    ModelPrice.objects.update(superseded_by=None)  # as a flush leaves it: no rows at all
+    ModelPrice.objects.all().delete()
+    price_book_restore()
+    for model in ("deepseek-chat", "deepseek-reasoner"):
+        (window,) = ModelPrice.objects.get(provider="deepseek", model=model).time_discounts
+        assert window["rates"] == {"input": "0.135", "cached_input": "0.035", "output": "0.550"}

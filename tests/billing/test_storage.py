@@ -159,3 +159,35 @@ def test_the_sweep_reads_no_cache_content_and_charges_every_batch(tenant_a, pric
     assert len(sweeps) == 3  # batches of 2, 2, 1
     assert not any('"caches_cacheobject"."content",' in sql for sql in sweeps)
     assert not any('"caches_cacheobject"."content" ' in sql for sql in sweeps)
+
+
+def test_a_cache_past_its_expiry_is_accrued_to_the_expiry_however_late_the_sweep_runs(
+    tenant_a, price_book
+) -> None:
+    """The provider dropped the cache at its expiry; the beat's sweep notices 40 minutes
+    later (the scheduler has not expired the row yet) and books storage to the expiry."""
+    import uuid
+
+    from caches.models import CacheObject, CacheState
+    from caches.services.storage import cache_storage_accrue_recent
+
+    expire_at = T0 + timedelta(minutes=20)
+    cache = CacheObject.objects.create(
+        tenant=tenant_a,
+        name="expired-unnoticed",
+        provider="vertex",
+        model="gemini-2.5-pro",
+        content={"system_instruction": "x"},
+        content_digest=uuid.uuid4().hex,
+        token_count=100_000,
+        ttl_seconds=1_200,
+        expire_at=expire_at,
+        state=CacheState.ACTIVE,
+        activated_at=T0,
+    )
+    for late in (timedelta(minutes=40), timedelta(minutes=90)):  # two sweeps, both late
+        cache_storage_accrue_recent(now=expire_at + late)
+    (row,) = StorageAccrual.objects.filter(tenant=tenant_a, cache_id=str(cache.pk))
+    assert (row.hour, row.covered_from, row.covered_to) == (T0, T0, expire_at)
+    # 100,000 tokens × $4.50/M/h × 20 min = 150,000 µ$ (to the first sweep: 450,000 µ$)
+    assert (row.cost_nanos, row.cost_micros) == (150_000_000, 150_000)

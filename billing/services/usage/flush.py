@@ -65,12 +65,16 @@ class FlushResult:
 
 
 def micros_sql(nanos: str) -> str:
-    """SQL for ``nanos`` (a non-negative bigint expression) in µ$, rounded half-even,
-    exactly as ``billing.pricing.nanos_to_micros`` does it (``mod()``, not ``%``, so the
-    text is safe in statements that also take parameters)."""
+    """SQL for ``nanos`` (bigint or numeric, any sign) in µ$, rounded half-even exactly as
+    ``billing.pricing.nanos_to_micros`` (``mod()``, not ``%``: safe beside parameters).
+    Cast to bigint first: ``sum(bigint)`` is ``numeric``, whose ``/`` is exact, so a new
+    rollup of 1,600 n$ stored 1.6 + 1 → 3 µ$, not 2 (issue 23: µ$ column +1 on 5 shapes).
+    """
+    n = f"(({nanos})::bigint)"
+    a = f"abs{n}"
     return (
-        f"(({nanos}) / 1000 + CASE WHEN mod({nanos}, 1000) > 500 OR "
-        f"(mod({nanos}, 1000) = 500 AND mod(({nanos}) / 1000, 2) = 1) THEN 1 ELSE 0 END)"
+        f"(sign{n} * ({a} / 1000 + CASE WHEN mod({a}, 1000) > 500 OR "
+        f"(mod({a}, 1000) = 500 AND mod({a} / 1000, 2) = 1) THEN 1 ELSE 0 END))"
     )
 
 
