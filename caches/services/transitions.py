@@ -72,9 +72,10 @@ def cache_transition(
 
 
 def _budget_settle(cache: CacheObject) -> None:
-    """Charge the storage the cache accrued against its hold (release it if none accrued)."""
-    if cache.budget_reservation_id is None:
-        return
+    """Book the storage to the cache's last second, then charge what it accrued against
+    its hold (release the hold if none accrued). A cache without a hold (created with no
+    budget in place) is booked to its end too: its last seconds must not wait for a
+    sweep, whose look-back is bounded."""
     from django.db.models import Sum
 
     from billing.models import BudgetReservation, StorageAccrual
@@ -82,13 +83,15 @@ def _budget_settle(cache: CacheObject) -> None:
     from billing.services.budgets import budget_release, budget_settle
     from caches.services.storage import cache_storage_accrue_final
 
+    cache_storage_accrue_final(cache=cache)  # to the last second, before any hold settles
+    if cache.budget_reservation_id is None:
+        return
     # all_tenants: the reservation id comes from the cache row itself
     reservation = (
         BudgetReservation.objects.all_tenants().filter(pk=cache.budget_reservation_id).first()
     )
     if reservation is None:
         return
-    cache_storage_accrue_final(cache=cache)  # to the last second, before the hold settles
     accrued = StorageAccrual.objects.filter(tenant_id=cache.tenant_id, cache_id=str(cache.pk))
     total = nanos_to_micros(int(accrued.aggregate(total=Sum("cost_nanos"))["total"] or 0))
     if total:

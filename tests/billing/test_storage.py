@@ -191,3 +191,44 @@ def test_a_cache_past_its_expiry_is_accrued_to_the_expiry_however_late_the_sweep
     assert (row.hour, row.covered_from, row.covered_to) == (T0, T0, expire_at)
     # 100,000 tokens × $4.50/M/h × 20 min = 150,000 µ$ (to the first sweep: 450,000 µ$)
     assert (row.cost_nanos, row.cost_micros) == (150_000_000, 150_000)
+
+
+def test_a_cache_with_no_budget_hold_is_booked_to_its_end_when_it_ends(
+    tenant_a, price_book
+) -> None:
+    """No budget was in place when the cache was created (no storage hold): its end still
+    books its storage to the last second at once, not at a later sweep (whose look-back
+    is two hours: a cache ended 3 h before the next sweep would have lost its tail)."""
+    import uuid
+
+    from django.utils import timezone
+
+    from caches.models import CacheObject, CacheState
+    from caches.services.transitions import cache_transition
+    from tenants.actor import Actor
+
+    started = timezone.now() - timedelta(minutes=20)
+    cache = CacheObject.objects.create(
+        tenant=tenant_a,
+        name="no-hold",
+        provider="vertex",
+        model="gemini-2.5-pro",
+        content={"system_instruction": "x"},
+        content_digest=uuid.uuid4().hex,
+        token_count=100_000,
+        ttl_seconds=3_600,
+        expire_at=started + timedelta(hours=1),
+        state=CacheState.ACTIVE,
+        activated_at=started,
+    )
+    assert cache.budget_reservation_id is None
+    cache_transition(
+        cache=cache, to_state=CacheState.EXPIRED, actor=Actor.system("test"), reason="test"
+    )
+    rows = StorageAccrual.objects.filter(tenant=tenant_a, cache_id=str(cache.pk))
+    assert rows.exists()
+    assert min(r.covered_from for r in rows) == started
+    assert max(r.covered_to for r in rows) == cache.ended_at
+    seconds = (cache.ended_at - started).total_seconds()
+    # 100,000 tokens × $4.50/M/h = 125 n$ per second
+    assert sum(r.cost_nanos for r in rows) == pytest.approx(seconds * 125_000, abs=2)

@@ -155,18 +155,22 @@ SHAPES = {
         "upstream_error",
         False,
     ),
-    # off-peak 50 %, each line halved: 1,350 + 2,200
+    # off-peak (published: miss 0.135, hit 0.035, output 0.550 per 1M; for chat each
+    # line halved): 1,350 + 2,200
     "off_peak": (once(_b()), (10, 0, 0, 4, 0, 3_550), "ok", True),
     # 4,860 + 2,240 + 2,200
     "off_peak_hit": (twice(_b(content=D(100))), (100, 64, 0, 4, 0, 9_300), "ok", True),
-    # reasoner at 25 %: 1,375 + 19,710
-    "off_peak_reasoner": (once(_b(REASONER)), (10, 0, 0, 36, 0, 21_085), "ok", True),
+    # reasoner at DeepSeek's published off-peak prices (not 25 % of each rate, which
+    # gave 1,375 + 19,710): 10 × 135 + 36 × 550 = 1,350 + 19,800
+    "off_peak_reasoner": (once(_b(REASONER)), (10, 0, 0, 36, 0, 21_150), "ok", True),
     # streamed off-peak: as off_peak
     "off_peak_stream": (once(_b(), True), (10, 0, 0, 4, 0, 3_550), "ok", True),
 }
+#: DeepSeek's published off-peak prices (USD per 1M tokens), the same for both models.
+OFF_PEAK = {"input": "0.135", "cached_input": "0.035", "output": "0.550"}
 ALL_DAY = [
-    {"start": "00:00", "end": "23:59", "percent": 0},
-    {"start": "23:59", "end": "00:00", "percent": 0},
+    {"start": "00:00", "end": "23:59", "percent": 0, "rates": OFF_PEAK},
+    {"start": "23:59", "end": "00:00", "percent": 0, "rates": OFF_PEAK},
 ]
 
 
@@ -176,18 +180,18 @@ def matrix(hosted):
     return hosted
 
 
-def _discount(percent: dict[str, int]) -> None:
+def _discount(off_peak: bool) -> None:
     """Correct each model's current price (a new version; the booked rows keep theirs)
-    to its listed rates with the all-day window at ``percent[model]`` (none if absent)."""
+    to its listed rates, with the all-day off-peak window at the published off-peak
+    prices when ``off_peak``."""
     from billing.models import ModelPrice
     from billing.services.prices import model_price_correct
     from gateway import pricing
     from tests.factories import actor_for
 
     for model in (CHAT, REASONER):
-        windows = [{**w, "percent": percent[model]} for w in ALL_DAY] if percent else []
         price = ModelPrice.objects.get(provider="deepseek", model=model, superseded_at=None)
-        rates = {**PRICES[("deepseek", model)], "time_discounts": windows}
+        rates = {**PRICES[("deepseek", model)], "time_discounts": ALL_DAY if off_peak else []}
         model_price_correct(actor=actor_for(None), price=price, rates=rates, source="test")
     pricing.forget()
 
@@ -196,13 +200,13 @@ def test_every_deepseek_shape_is_booked_at_its_hand_priced_cost(live_server_url,
     def run(shape):
         steps, expected, status, off_peak = SHAPES[shape]
         if off_peak:
-            _discount({CHAT: 50, REASONER: 75})
+            _discount(True)
         try:
             server = matrix["deepseek"]
             got, row = run_shape(steps, url=live_server_url, key=matrix["key"], server=server)
         finally:
             if off_peak:
-                _discount({})
+                _discount(False)
         return (got, row.provider, row.status), (expected, "deepseek", status)
 
     assert len(SHAPES) >= 30
