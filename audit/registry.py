@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from django.db import models
 
+from billing.pricing.counts import COUNT_FIELDS
+
 
 @dataclass(frozen=True)
 class AuditFields:
@@ -212,15 +214,7 @@ AUDITED_MODELS: dict[str, AuditFields] = {
             "api_key_id",
             "principal_id",
             "cache_id",
-            "prompt_tokens",
-            "cached_read_tokens",
-            "cache_write_5m_tokens",
-            "cache_write_1h_tokens",
-            "output_tokens",
-            "thinking_tokens",
-            "audio_prompt_tokens",
-            "audio_cached_read_tokens",
-            "audio_output_tokens",
+            *COUNT_FIELDS,
             "kind",
             "ttft_ms",
             "latency_ms",

@@ -10,6 +10,7 @@ from billing.api.serializers.fields import ProviderField
 from billing.models import (
     UsageRecord,
 )
+from billing.pricing import COUNT_FIELDS
 
 
 class UsageRecordOut(serializers.ModelSerializer[UsageRecord]):
@@ -28,15 +29,7 @@ class UsageRecordOut(serializers.ModelSerializer[UsageRecord]):
             "api_key_id",
             "principal_id",
             "cache_id",
-            "prompt_tokens",
-            "cached_read_tokens",
-            "cache_write_5m_tokens",
-            "cache_write_1h_tokens",
-            "output_tokens",
-            "thinking_tokens",
-            "audio_prompt_tokens",
-            "audio_cached_read_tokens",
-            "audio_output_tokens",
+            *COUNT_FIELDS,
             "kind",
             "ttft_ms",
             "latency_ms",
