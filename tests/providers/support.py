@@ -21,6 +21,17 @@ def openai_client(url: str, key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
 
 
+def chat_content_read(stream: Iterable[Any], leave_after: int | None) -> int:
+    """Read an OpenAI SDK chat stream, leaving after ``leave_after`` content chunks (None:
+    to its end); the content chunks seen."""
+    seen = 0
+    for chunk in stream:
+        seen += bool(chunk.choices and chunk.choices[0].delta.content)
+        if seen == leave_after:
+            break
+    return seen
+
+
 def new_request_id() -> str:
     return f"test-{uuid.uuid4().hex[:16]}"
 

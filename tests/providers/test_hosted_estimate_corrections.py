@@ -13,7 +13,7 @@ import pytest
 
 from tests.caches.processes import wait_for
 from tests.gateway.support import hard_budget
-from tests.providers.support import booked, new_request_id, openai_client
+from tests.providers.support import booked, chat_content_read, new_request_id, openai_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ASK = [{"role": "user", "content": "reply with 200 tokens"}]  # 6 tokens at the server
@@ -30,7 +30,6 @@ def test_a_cut_reasoning_stream_is_corrected_to_what_openai_billed_over_rest(
     server.stream_delay = 0.05
     budget = hard_budget(hosted, limit_micros=10**9)
     rid = new_request_id()
-    seen = 0
     with openai_client(live_server_url, hosted["key"]).chat.completions.create(
         model="gpt-5",
         messages=ASK,
@@ -38,10 +37,7 @@ def test_a_cut_reasoning_stream_is_corrected_to_what_openai_billed_over_rest(
         stream=True,
         extra_headers={"x-request-id": rid},
     ) as stream:
-        for chunk in stream:
-            seen += bool(chunk.choices and chunk.choices[0].delta.content)
-            if seen == 3:
-                break
+        assert chat_content_read(stream, 3) == 3
     row = booked(rid)
     assert (row.estimated, row.cost_nanos) == (True, 4_084_000)
     wait_for(lambda: bool(server.generated), 10, "the server's end of the stream")

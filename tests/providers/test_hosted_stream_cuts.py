@@ -31,7 +31,13 @@ import pytest
 
 from tests.caches.processes import wait_for
 from tests.gateway.support import hard_budget
-from tests.providers.support import anthropic_client, booked, new_request_id, openai_client
+from tests.providers.support import (
+    anthropic_client,
+    booked,
+    chat_content_read,
+    new_request_id,
+    openai_client,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ASK = [{"role": "user", "content": "reply with 200 tokens"}]  # 21 characters: 6 tokens
@@ -66,7 +72,6 @@ def _anthropic_messages(url, key, rid):
 def _chat(model, **more):
     def send(url, key, rid):
         client = openai_client(url, key)
-        seen = 0
         with client.chat.completions.create(
             model=model,
             max_tokens=400,
@@ -75,11 +80,7 @@ def _chat(model, **more):
             extra_headers={"x-request-id": rid},
             **more,
         ) as stream:
-            for chunk in stream:
-                seen += bool(chunk.choices and chunk.choices[0].delta.content)
-                if seen == READ:
-                    break
-        return seen
+            return chat_content_read(stream, READ)
 
     return send
 

@@ -33,7 +33,13 @@ import pytest
 
 from tests.caches.processes import wait_for
 from tests.gateway.support import hard_budget
-from tests.providers.support import anthropic_client, booked, new_request_id, openai_client
+from tests.providers.support import (
+    anthropic_client,
+    booked,
+    chat_content_read,
+    new_request_id,
+    openai_client,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ASK = [{"role": "user", "content": "reply with 200 tokens"}]  # 6 tokens; JSON: 51 bytes
@@ -65,10 +71,7 @@ def _read_then_leave(
             extra_headers={"x-request-id": rid},
             **request,
         ) as stream:
-            for chunk in stream:
-                seen += bool(chunk.choices and chunk.choices[0].delta.content)
-                if seen == leave_after:
-                    break
+            seen = chat_content_read(stream, leave_after)
     except openai.APIError:  # the gateway's error event: the provider's stream broke
         pass
     return seen
