@@ -94,7 +94,9 @@ async def test_a_revocation_interrupts_a_silent_upstream(monkeypatch, settings):
     revoked = GatewayError(401, "api_key_revoked", "The API key has been revoked.")
     monkeypatch.setattr(identity, "identities_refused", lambda keys: dict.fromkeys(keys, revoked))
     books = Books(closed=True)  # nothing to settle in this unit test
-    books.call = SimpleNamespace(identity=SimpleNamespace(key_id="k1"), kind="chat", extra={})  # type: ignore[assignment]
+    books.call = SimpleNamespace(
+        identity=SimpleNamespace(key_id="k1"), kind="chat", extra={}, cut_cost_known=True
+    )  # type: ignore[assignment]
     answer = Upstream(events=_silent_upstream())
     relayed = [event async for event in pipeline._relay(answer, books)]
     assert relayed[0] == b'data: {"choices":[]}\n\n'
@@ -111,7 +113,9 @@ async def test_a_client_leaving_still_cancels_the_relay(monkeypatch, settings):
     settings.CACHEPLANE_GATEWAY_STREAM_RECHECK_SECONDS = 0.02
     monkeypatch.setattr(identity, "identities_refused", lambda keys: {})
     books = Books(closed=True)
-    books.call = SimpleNamespace(identity=SimpleNamespace(key_id="k2"), kind="chat", extra={})  # type: ignore[assignment]
+    books.call = SimpleNamespace(
+        identity=SimpleNamespace(key_id="k2"), kind="chat", extra={}, cut_cost_known=True
+    )  # type: ignore[assignment]
 
     async def consume() -> None:
         async for _ in pipeline._relay(Upstream(events=_silent_upstream()), books):
