@@ -158,5 +158,7 @@ def test_stateful_sequences_over_the_whole_api_never_5xx(tenant_a, admin_a, plat
     # The sequences reached the views on both kinds of route (not only refusals), and
     # links chained a created object into a later call.
     succeeded = {label for label, status in reached if 200 <= status < 300}
-    assert any(label.startswith("GET /api/v1/platform/") for label in succeeded), succeeded
-    assert any(label.startswith("GET /api/v1/tenants/") for label in succeeded), succeeded
+    # Any method: which calls succeed depends on what earlier ones left (a rate limit the
+    # sequence itself created refuses the tenant's later calls with 429, by design).
+    assert any(" /api/v1/platform/" in label for label in succeeded), succeeded
+    assert any(" /api/v1/tenants/" in label for label in succeeded), succeeded
