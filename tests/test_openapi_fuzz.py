@@ -86,6 +86,7 @@ def test_operation_never_5xx_and_matches_schema(operation, tenant_a, admin_a, pl
 STATEFUL_SCENARIOS = 40
 STATEFUL_STEPS = 6
 MIN_STATEFUL_CALLS = 150
+REFUSALS = (401, 403, 429)  # the access boundary's and the limiter's answers
 
 
 @pytest.mark.django_db
@@ -155,10 +156,10 @@ def test_stateful_sequences_over_the_whole_api_never_5xx(tenant_a, admin_a, plat
             if len(seen) >= MIN_STATEFUL_CALLS:
                 break
     assert seen and not [s for s in seen if s >= 500]
-    # The sequences reached the views on both kinds of route (not only refusals), and
-    # links chained a created object into a later call.
-    succeeded = {label for label, status in reached if 200 <= status < 300}
-    # Any method: which calls succeed depends on what earlier ones left (a rate limit the
-    # sequence itself created refuses the tenant's later calls with 429, by design).
-    assert any(" /api/v1/platform/" in label for label in succeeded), succeeded
-    assert any(" /api/v1/tenants/" in label for label in succeeded), succeeded
+    # The sequences reached the views on both kinds of route, not only the access
+    # boundary's refusals: a success, or a view's own answer (400 invalid input, 404 no
+    # such object, 409). Which calls succeed depends on what earlier ones left: a sequence
+    # may rewrite the key's own IAM policy or add a rate limit, refusing later calls.
+    answered = {label for label, status in reached if status < 500 and status not in REFUSALS}
+    assert any(" /api/v1/platform/" in label for label in answered), reached
+    assert any(" /api/v1/tenants/" in label for label in answered), reached
