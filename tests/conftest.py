@@ -65,6 +65,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 _TRACKED = pytest.StashKey[tuple[str, list[str]] | None]()
 
 
+@pytest.hookimpl(tryfirst=True)  # before the -m deselection reads the markers
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark every test that drives Chromium (its ``browser`` fixture, directly or through
+    ``console``) ``browser``: plain ``pytest`` leaves them out, CI runs them in their own
+    step (.ci/steps/52-browser.sh), where they fail without Chromium."""
+    for item in items:
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)
+
+
 def pytest_configure(config) -> None:
     """Hash test users' passwords cheaply (see tests/hashers.py); production keeps Django's."""
     from django.conf import settings
