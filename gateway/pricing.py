@@ -159,7 +159,7 @@ def upper_bound_micros(
         return gpu_cost(
             UsageCounts(prompt_tokens=prompt_tokens, output_tokens=max_output_tokens), rates_
         ).micros
-    shapes = (
+    shapes: tuple[UsageCounts, ...] = (
         UsageCounts(prompt_tokens=prompt_tokens, output_tokens=max_output_tokens),
         UsageCounts(
             prompt_tokens=prompt_tokens,
