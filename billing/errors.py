@@ -33,6 +33,19 @@ class InvalidUsage(ValidationFailed):
     code = "invalid_usage"
 
 
+class UsageRecordNotFound(NotFound):
+    """No ledger row of the tenant has that ledger key."""
+
+    code = "usage_record_not_found"
+
+
+class UsageNotEstimated(Conflict):
+    """The row holds counts already (never estimated, or corrected before) and the
+    correction names other ones; a replay of the same correction is not an error."""
+
+    code = "usage_not_estimated"
+
+
 class InvalidPeriod(ValidationFailed):
     code = "invalid_period"
 

@@ -21,12 +21,11 @@ from django.db.models import F
 
 from audit.services import audit_record
 from audit.snapshot import diff, model_snapshot
-from billing.errors import InvalidUsage
+from billing.errors import InvalidUsage, UsageNotEstimated, UsageRecordNotFound
 from billing.models import Granularity, Provider, UsageRecord, UsageRollup
 from billing.pricing import COUNT_FIELDS, UsageCounts, gpu_cost, nanos_to_micros, token_cost
 from billing.selectors.prices import PriceIndex
 from billing.services.ledger_booking import Booking, ledger_book, ledger_lock
-from controlplane.errors import Conflict, NotFound
 from tenants.actor import Actor
 from tenants.models import Tenant
 
@@ -35,21 +34,6 @@ MAX_COUNT = 2**31 - 1
 KEY_MAX_CHARS = 128  # UsageRecord.request_id
 #: The rollups' token columns (a rollup has no cached-audio column).
 _ROLLUP_COUNTS = tuple(name for name in COUNT_FIELDS if name != "audio_cached_read_tokens")
-
-
-# These two belong with billing's other domain errors (billing.errors); kept beside their
-# only raiser while that module is outside this change.
-class UsageRecordNotFound(NotFound):
-    """No ledger row of the tenant has that ledger key."""
-
-    code = "usage_record_not_found"
-
-
-class UsageNotEstimated(Conflict):
-    """The row holds counts already (never estimated, or corrected before) and the
-    correction names other ones; a replay of the same correction is not an error."""
-
-    code = "usage_not_estimated"
 
 
 def usage_estimate_correct(
