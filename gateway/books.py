@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from billing.pricing import UsageCounts
 from gateway import budget, closing, fairshare, limits, pricing, ratelimit
-from gateway.adapters.base import Call, Target, audio_prompt_estimate
+from gateway.adapters.base import Call, Target
 from gateway.metering import Meter
 
 
@@ -138,5 +138,5 @@ def call_upper_bound_micros(rates: pricing.Rates, call: Call) -> int:
         prompt_tokens=call.prompt_tokens_bound,
         max_output_tokens=call.max_output_tokens,
         audio_output=pricing.output_may_be_audio(call.body),
-        audio_prompt_tokens=audio_prompt_estimate(call.body),
+        audio_prompt_tokens=call.audio_prompt_tokens_bound,
     )

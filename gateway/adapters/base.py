@@ -59,6 +59,9 @@ class Call:
     client_wants_usage: bool = False
     upstream_body: Any = None  # what the adapter will send
     prompt_tokens_bound: int = 0  # an upper bound (cache included)
+    # Of it, the bound of the audio part (``audio_prompt_estimate``): reserved at the audio
+    # input rate. Set by the adapters whose inbound carries ``input_audio`` (OpenAI).
+    audio_prompt_tokens_bound: int = 0
     max_output_tokens: int = 0  # an upper bound (the model's maximum when not given)
     # No max_tokens and no known model maximum: the cost has no upper bound, refused
     # under a hard budget (``gateway.budget.plan``: 402 ``cost_unbounded``).

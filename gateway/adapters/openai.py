@@ -116,6 +116,7 @@ class OpenAIAdapter:
         given = body.get("max_completion_tokens") or body.get("max_tokens")
         call.max_output_tokens = int(given or hosted_model(call).max_output_tokens) * int(n)
         call.prompt_tokens_bound = prompt_bound(call)
+        call.audio_prompt_tokens_bound = audio_prompt_estimate(body)
         call.estimated_tokens = prompt_estimate(call) + call.max_output_tokens
         # Hidden reasoning and audio output are billed but not streamed as text: a cut
         # stream's cost is then unknown until the provider's usage (which a cut loses).
@@ -171,7 +172,7 @@ class OpenAIAdapter:
         tools = json_bytes(call.body["tools"]) if call.body.get("tools") else 0
         call.usage.prompt_tokens = prompt_estimate(call) + tools // CHARS_PER_TOKEN_ESTIMATE
         # Its audio part at the audio input rate, as the usage chunk would report it.
-        call.usage.audio_prompt_tokens = audio_prompt_estimate(call.body)
+        call.usage.audio_prompt_tokens = call.audio_prompt_tokens_bound
         events = upstream.sse_events(response)
         while True:
             try:

@@ -90,6 +90,7 @@ async def test_the_pipeline_holds_the_audio_bound_for_a_spoken_request(monkeypat
             request_id="r",
             ledger_key="l",
             prompt_tokens_bound=1_000,
+            audio_prompt_tokens_bound=0,
             max_output_tokens=2_000,
             estimated_tokens=3_000,
             output_unbounded=False,
