@@ -40,7 +40,7 @@ def _credentials(request: TenantPageRequest) -> list[ProviderCredential]:
 def _credential(request: TenantPageRequest, provider: str) -> ProviderCredential:
     """The tenant's key for ``provider``; a provider that cannot exist never reaches SQL."""
     found = (
-        services.provider_credential_list(tenant=request.tenant).filter(provider=provider).first()
+        services.provider_credential_get(tenant=request.tenant, provider=provider)
         if provider in HostedProvider.values
         else None
     )
@@ -104,32 +104,24 @@ def provider_credential_add(request: TenantPageRequest) -> HttpResponse:
     form = ProviderCredentialAddForm(request.POST, providers=list(HostedProvider.values))
     if form.is_valid():
         provider = form.cleaned_data["provider"]
-        # The service's set replaces an existing key (a rotation, as the API's PUT);
-        # "add" must not replace one silently: an existing key is refused here in the
-        # page's words, and ``replace=False`` refuses one added in between (a race).
-        if services.provider_credential_get(tenant=tenant, provider=provider) is not None:
-            form.add_error(
-                "provider",
-                f"{_LABELS[provider]} already has a key. Rotate it in its row above, "
-                "or remove it first.",
+        # The service's set replaces an existing key (a rotation, as the API's PUT); "add"
+        # must not: ``replace=False`` refuses an existing key under the row lock, its
+        # error under the Provider field.
+        saved = attempt(
+            form,
+            lambda: services.provider_credential_set(
+                tenant=tenant,
+                actor=actor(request),
+                provider=provider,
+                secret=form.cleaned_data["api_key"],
+                cache_autopilot=form.cleaned_data["cache_autopilot"],
+                replace=False,
+            ),
+        )
+        if saved is not None:
+            return _back(
+                request, f"{_LABELS[provider]} key added (fingerprint {saved.fingerprint})."
             )
-        else:
-            saved = attempt(
-                form,
-                lambda: services.provider_credential_set(
-                    tenant=tenant,
-                    actor=actor(request),
-                    provider=provider,
-                    secret=form.cleaned_data["api_key"],
-                    cache_autopilot=form.cleaned_data["cache_autopilot"],
-                    replace=False,
-                ),
-            )
-            if saved is not None:
-                return _back(
-                    request,
-                    f"{_LABELS[provider]} key added (fingerprint {saved.fingerprint}).",
-                )
     return invalid(_page(request, add_form=form))
 
 

@@ -77,7 +77,8 @@ def provider_credential_set(
         )
         if found is not None and not replace:
             raise ProviderCredentialExists(
-                f"{provider} already has a key: rotate it, or remove it first.",
+                f"{HostedProvider(provider).label} already has a key. Rotate it in its row, "
+                "or remove it first.",
                 details={"field": "provider", "provider": provider},
             )
         before = model_snapshot(found) if found is not None else EMPTY
