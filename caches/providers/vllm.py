@@ -62,13 +62,20 @@ def shared_client() -> httpx.Client:
         return _shared
 
 
-def placement_pool(cache: CacheObject) -> str:
-    """The pool of the worker a warm-up of ``cache`` would go to now ("" when none serves
-    its model): what an economic vLLM cache is priced at before it is placed."""
+def placement(cache: CacheObject) -> list[Worker]:
+    """The healthy workers a warm-up of ``cache`` goes to now (none: no worker serves
+    its model)."""
     workers = list(worker_list_serving(model=cache.model))
     if not workers:
-        return ""
-    return placement_for(placement_key(cache), workers, cache.replication_factor)[0].pool
+        return []
+    return placement_for(placement_key(cache), workers, cache.replication_factor)
+
+
+def placement_pool(cache: CacheObject) -> str:
+    """The pool of :func:`placement`'s first worker ("" when none serves its model): what
+    an economic vLLM cache is priced at before it is placed."""
+    chosen = placement(cache)
+    return chosen[0].pool if chosen else ""
 
 
 class VllmProvider:
@@ -115,10 +122,10 @@ class VllmProvider:
         return response.json().get("usage") or {}
 
     def _workers(self, cache: CacheObject) -> list[Worker]:
-        workers = list(worker_list_serving(model=cache.model))
-        if not workers:
+        chosen = placement(cache)
+        if not chosen:
             raise TransientProviderError(f"no healthy worker serves {cache.model!r}")
-        return placement_for(placement_key(cache), workers, cache.replication_factor)
+        return chosen
 
     def _prefill(self, worker: Worker, cache: CacheObject, request_id: str) -> Prefill:
         usage = self._warm(worker, cache, request_id=request_id)
