@@ -16,6 +16,27 @@ pytestmark = pytest.mark.django_db
 PRO = {"provider": "vertex", "model": "gemini-2.5-pro", "tokens": 100_000}
 
 
+def _active_pro_cache(tenant, *, name: str, activated_at, expire_at):
+    """An active 100,000-token Gemini 2.5 Pro cache ($4.50/M/h: 125 n$ a second)."""
+    import uuid
+
+    from caches.models import CacheObject, CacheState
+
+    return CacheObject.objects.create(
+        tenant=tenant,
+        name=name,
+        provider="vertex",
+        model="gemini-2.5-pro",
+        content={"system_instruction": "x"},
+        content_digest=uuid.uuid4().hex,
+        token_count=100_000,
+        ttl_seconds=int((expire_at - activated_at).total_seconds()),
+        expire_at=expire_at,
+        state=CacheState.ACTIVE,
+        activated_at=activated_at,
+    )
+
+
 def test_ninety_minutes_across_two_clock_hours_are_prorated(tenant_a, price_book) -> None:
     start = T0 + timedelta(minutes=30)
     rows = storage_accrue(
@@ -166,24 +187,11 @@ def test_a_cache_past_its_expiry_is_accrued_to_the_expiry_however_late_the_sweep
 ) -> None:
     """The provider dropped the cache at its expiry; the beat's sweep notices 40 minutes
     later (the scheduler has not expired the row yet) and books storage to the expiry."""
-    import uuid
-
-    from caches.models import CacheObject, CacheState
     from caches.services.storage import cache_storage_accrue_recent
 
     expire_at = T0 + timedelta(minutes=20)
-    cache = CacheObject.objects.create(
-        tenant=tenant_a,
-        name="expired-unnoticed",
-        provider="vertex",
-        model="gemini-2.5-pro",
-        content={"system_instruction": "x"},
-        content_digest=uuid.uuid4().hex,
-        token_count=100_000,
-        ttl_seconds=1_200,
-        expire_at=expire_at,
-        state=CacheState.ACTIVE,
-        activated_at=T0,
+    cache = _active_pro_cache(
+        tenant_a, name="expired-unnoticed", activated_at=T0, expire_at=expire_at
     )
     for late in (timedelta(minutes=40), timedelta(minutes=90)):  # two sweeps, both late
         cache_storage_accrue_recent(now=expire_at + late)
@@ -199,27 +207,15 @@ def test_a_cache_with_no_budget_hold_is_booked_to_its_end_when_it_ends(
     """No budget was in place when the cache was created (no storage hold): its end still
     books its storage to the last second at once, not at a later sweep (whose look-back
     is two hours: a cache ended 3 h before the next sweep would have lost its tail)."""
-    import uuid
-
     from django.utils import timezone
 
-    from caches.models import CacheObject, CacheState
+    from caches.models import CacheState
     from caches.services.transitions import cache_transition
     from tenants.actor import Actor
 
     started = timezone.now() - timedelta(minutes=20)
-    cache = CacheObject.objects.create(
-        tenant=tenant_a,
-        name="no-hold",
-        provider="vertex",
-        model="gemini-2.5-pro",
-        content={"system_instruction": "x"},
-        content_digest=uuid.uuid4().hex,
-        token_count=100_000,
-        ttl_seconds=3_600,
-        expire_at=started + timedelta(hours=1),
-        state=CacheState.ACTIVE,
-        activated_at=started,
+    cache = _active_pro_cache(
+        tenant_a, name="no-hold", activated_at=started, expire_at=started + timedelta(hours=1)
     )
     assert cache.budget_reservation_id is None
     cache_transition(
